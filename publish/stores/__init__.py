@@ -1,0 +1,1 @@
+"""Stores move bytes for the verbs; names and keys are computed by :mod:`publish.layout`."""

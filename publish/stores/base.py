@@ -1,0 +1,103 @@
+"""The Store protocol: every verb is written once over it, and every store passes one conformance suite.
+
+Paths given to a store are relative to the checkpoint root, ``/``-separated, already clean (no empty, ``.``
+or ``..`` element, no leading ``/``).  A *folder* is a POSIX directory, or on S3 every object whose key
+starts with ``PREFIX/<path>/``.  Every method raises :class:`publish.errors.Failure` (or its subclass
+:class:`publish.errors.StoreError`) naming the path or key at fault; none returns a partial answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+PUB = "pub"
+EXEC = "exec"
+
+
+@dataclass(frozen=True)
+class Removal:
+    """What :meth:`Store.remove_folder` did.
+
+    ``removed`` is true when something was there and is now gone.  ``link`` is set (to the path, relative to
+    the root, of the first symbolic link on the folder's path) when the folder was left in place because of it.
+    """
+
+    removed: bool
+    link: str = ""
+
+
+class Store(Protocol):
+    """A checkpoint root: the pub/ entries, and the save folders they name."""
+
+    #: The root as printed in locations: an absolute POSIX path, or ``s3://BUCKET[/PREFIX]``; no trailing /.
+    root: str
+
+    #: True when listing folders costs nothing worth counting (POSIX).  resolve then looks at exec/ to
+    #: warn about saves nobody published; on S3 resolve sends LIST requests of pub/ and nothing else.
+    cheap_listing: bool
+
+    def location(self, path: str) -> str:
+        """``<root>/<path>``: the path or URL a user sees for ``path``."""
+        ...
+
+    def begin(self, timeout: float | None) -> None:
+        """Start one bounded piece of work (a verb, or one watch scan): requests made from now until the next
+        ``begin`` share ``timeout`` seconds (None: no bound).  POSIX stores ignore it."""
+        ...
+
+    def check_root(self) -> None:
+        """Fail unless the root is usable: a POSIX root must exist as a directory.  S3 sends nothing."""
+        ...
+
+    def list_entries(self) -> list[str]:
+        """Every name directly in pub/, in no set order, parsing none of them.
+
+        Anything there is listed: a folder, a hidden file, a name holding ``/`` (an S3 key below pub/ with a
+        further ``/``), so the caller can refuse it by name.  A missing pub/ holds nothing.  On S3 the key
+        ``PREFIX/pub/`` itself is not listed.
+        """
+        ...
+
+    def create_entry(self, name: str) -> bool:
+        """Create the empty entry ``pub/<name>`` exclusively, durable before returning.
+
+        True when this call created it; False when it was already there (it is left untouched).  pub/ is
+        created when missing.  POSIX: ``O_CREAT|O_EXCL``, then fsync of the file and of pub/.  S3: an empty PUT
+        with ``If-None-Match: *``.
+        """
+        ...
+
+    def remove_entries(self, names: list[str]) -> None:
+        """Remove ``pub/<name>`` for each name, durable (pub/ fsynced) before returning.  A missing one is fine."""
+        ...
+
+    def holds(self, path: str) -> bool:
+        """True when something is at ``path``: on POSIX any file, folder or link; on S3 at least one object
+        under ``path/`` (or the object ``path`` itself)."""
+        ...
+
+    def list_folders(self, path: str) -> list[str]:
+        """Names of the direct child folders of ``path``; a missing ``path`` has none.
+
+        POSIX: subdirectories (a symbolic link to a directory counts, as the framework would follow it).
+        S3: the common prefixes of a LIST of ``path/`` delimited by ``/``.
+        """
+        ...
+
+    def read(self, path: str, limit: int) -> bytes | None:
+        """The bytes of the file at ``path``, or None when there is none.  A file over ``limit`` bytes is refused."""
+        ...
+
+    def exists(self, path: str) -> bool:
+        """True when a file (an object) is at ``path``."""
+        ...
+
+    def remove_folder(self, path: str) -> Removal:
+        """Remove the folder at ``path`` and everything in it, never following a symbolic link.
+
+        POSIX: when any element of ``path`` (the folder itself or a parent below the root) is a symbolic link,
+        nothing is removed and the result names the first such link.  A link inside the folder is removed as a
+        link.  S3: every object under ``path/``, with DeleteObjects.
+        """
+        ...
