@@ -1,0 +1,620 @@
+"""Connections to one HTTP(S) server: direct or through one explicit proxy, verified TLS, a deadline.
+
+Environment proxies are never consulted (http.client does not read them; urllib is not used).  TLS trust is
+the cafile given, else the system trust found from the ``env`` mapping as addendum 7 says.  Every socket
+operation gets the time left before the request's deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.client
+import io
+import ipaddress
+import os
+import re
+import select
+import socket
+import ssl
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Optional, Union
+
+BUNDLE_PATHS: tuple[str, ...] = (
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/pki/tls/cacert.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+)
+
+_CHUNK = 256 * 1024
+
+
+class NetError(Exception):
+    """Base of network errors; ``str()`` names the host or proxy at fault, never a secret."""
+
+
+class Unreachable(NetError):
+    """Connection refused, connect timed out, name not resolved, or the proxy itself unreachable."""
+
+
+class Dropped(NetError):
+    """The connection was dropped, reset or closed after the request was (maybe) sent."""
+
+
+class TimedOut(NetError):
+    """The deadline ran out while sending or waiting for the response."""
+
+
+class TLSFailure(NetError):
+    """Certificate verification failed or the TLS handshake failed."""
+
+
+class ProxyRefused(NetError):
+    """The proxy answered CONNECT with a non-2xx status."""
+
+
+class TrustNotFound(NetError):
+    """No CA certificates were found for an https connection."""
+
+
+# ---------------------------------------------------------------------------------------------- URLs
+
+_HOST_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
+
+
+def _split_url(url: str, what: str) -> tuple[str, str, int]:
+    """Split ``scheme://host[:port][/]`` into parts; messages name the part at fault, never the URL."""
+    if not isinstance(url, str) or not url:
+        raise ValueError(f"{what} URL is empty")
+    if any(c.isspace() or ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        raise ValueError(f"{what} URL contains whitespace or control characters")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValueError(f"{what} URL must start with http:// or https://")
+    scheme = scheme.lower()
+    if scheme not in ("http", "https"):
+        shown = f" {scheme!r}" if re.fullmatch(r"[a-z][a-z0-9+.-]{0,9}", scheme) else ""
+        raise ValueError(f"{what} URL scheme{shown} is not http or https")
+    netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if "@" in netloc:
+        raise ValueError(f"{what} URL must not contain a user name or password")
+    tail = rest[len(netloc) :]
+    if tail not in ("", "/"):
+        if tail.startswith("/"):
+            if "?" in tail or "#" in tail:
+                raise ValueError(f"{what} URL must not have a query or fragment")
+            raise ValueError(f"{what} URL must not have a path")
+        raise ValueError(f"{what} URL must not have a query or fragment")
+    if netloc.startswith("["):
+        end = netloc.find("]")
+        if end < 0:
+            raise ValueError(f"{what} URL has an unterminated IPv6 address")
+        host = netloc[1:end]
+        port_text = netloc[end + 1 :]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{what} URL has an invalid IPv6 address") from None
+        if port_text and not port_text.startswith(":"):
+            raise ValueError(f"{what} URL has text after the IPv6 address")
+        port_text = port_text[1:] if port_text else ""
+        has_port = bool(netloc[end + 1 :])
+    else:
+        host, has_colon, port_text = netloc.partition(":")
+        has_port = bool(has_colon)
+        if not host:
+            raise ValueError(f"{what} URL has no host")
+        if not _HOST_RE.match(host) or ".." in host:
+            raise ValueError(f"{what} URL has an invalid host name")
+    if has_port:
+        if not port_text.isascii() or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ValueError(f"{what} URL port must be a number from 1 to 65535")
+        port = int(port_text)
+    else:
+        port = 443 if scheme == "https" else 80
+    return scheme, host.lower(), port
+
+
+def netloc(scheme: str, host: str, port: int) -> str:
+    """``host[:port]`` as sent in a Host header: IPv6 in brackets, the scheme's default port left out."""
+    shown = f"[{host}]" if ":" in host else host
+    if port == (443 if scheme == "https" else 80):
+        return shown
+    return f"{shown}:{port}"
+
+
+def parse_proxy(url: str) -> str:
+    """Validate a proxy URL (addendum 6): http:// or https://, a host, an optional port, nothing else (one
+    trailing '/' is allowed).  Returns ``scheme://host:port`` (lower case, port explicit); ValueError
+    naming what is wrong, never echoing the URL."""
+    scheme, host, port = _split_url(url, "proxy")
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}:{port}"
+
+
+def parse_endpoint(url: str) -> tuple[str, str, int]:
+    """``http(s)://host[:port]`` (one trailing '/' allowed) -> (scheme, host, port); the host lower case,
+    an IPv6 address without brackets, the port defaulted from the scheme.  ValueError otherwise."""
+    return _split_url(url, "endpoint")
+
+
+# ------------------------------------------------------------------------------------------- trust
+
+
+class Trust:
+    """Where CA certificates come from: a bundle file, or PEM text gathered from a directory."""
+
+    def __init__(self, where: str, cafile: str | None = None, cadata: str | None = None) -> None:
+        self.where = where
+        self.cafile = cafile
+        self.cadata = cadata
+
+    def load(self, ctx: ssl.SSLContext) -> None:
+        try:
+            ctx.load_verify_locations(cafile=self.cafile, cadata=self.cadata)
+        except (OSError, ssl.SSLError, ValueError) as e:
+            raise TrustNotFound(f"cannot load CA certificates from {self.where}: {_reason(e)}") from None
+
+
+def _dir_pem(directory: str) -> str:
+    """Every PEM certificate in the files of ``directory`` (as Go reads SSL_CERT_DIR), '' if none."""
+    found: list[str] = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return ""
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), encoding="ascii", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if "-----BEGIN CERTIFICATE-----" in text:
+            found.append(text)
+    return "\n".join(found)
+
+
+def find_trust(env: Mapping[str, str], paths: Sequence[str] | None = None) -> Trust:
+    """The system trust: SSL_CERT_FILE, then SSL_CERT_DIR (':'-separated), then the first of ``paths``
+    (default BUNDLE_PATHS) that exists.  TrustNotFound lists every place looked at."""
+    looked: list[str] = []
+    if paths is None:
+        paths = BUNDLE_PATHS
+    cert_file = env.get("SSL_CERT_FILE", "")
+    if cert_file:
+        if os.path.isfile(cert_file):
+            return Trust(f"SSL_CERT_FILE={cert_file}", cafile=cert_file)
+        looked.append(f"SSL_CERT_FILE={cert_file}")
+    cert_dir = env.get("SSL_CERT_DIR", "")
+    if cert_dir:
+        for d in cert_dir.split(":"):
+            if d:
+                pem = _dir_pem(d)
+                if pem:
+                    return Trust(f"SSL_CERT_DIR={d}", cadata=pem)
+                looked.append(f"SSL_CERT_DIR={d}")
+    for p in paths:
+        if os.path.isfile(p):
+            return Trust(p, cafile=p)
+        looked.append(p)
+    raise TrustNotFound("no CA certificates found; looked at " + ", ".join(looked))
+
+
+def _tls_context(trust: Trust) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the certificate and host name
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    trust.load(ctx)
+    return ctx
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return e.verify_message or "certificate verify failed"
+    if isinstance(e, socket.gaierror):
+        return "name not resolved"
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(e, (socket.timeout, TimeoutError)):
+        return "timed out"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror.lower()
+    return str(e) or type(e).__name__
+
+
+# ----------------------------------------------------------------------------------------- streams
+
+Clock = Callable[[], Optional[float]]  # the seconds left before the deadline (None: no deadline)
+
+
+class _SockStream:
+    """A socket (plain or ssl.SSLSocket); every operation gets the time left."""
+
+    def __init__(self, sock: socket.socket, left: Clock, pending: bytes = b"") -> None:
+        self.sock = sock
+        self._left = left
+        self._pending = pending
+
+    def recv_into(self, buf: memoryview) -> int:
+        if self._pending:
+            n = min(len(buf), len(self._pending))
+            buf[:n] = self._pending[:n]
+            self._pending = self._pending[n:]
+            return n
+        self.sock.settimeout(self._left())
+        return self.sock.recv_into(buf)
+
+    def recv(self, size: int) -> bytes:
+        buf = bytearray(size)
+        n = self.recv_into(memoryview(buf))
+        return bytes(buf[:n])
+
+    def sendall(self, data: bytes) -> None:
+        view = memoryview(data)
+        for i in range(0, len(view), _CHUNK):
+            self.sock.settimeout(self._left())
+            self.sock.sendall(view[i : i + _CHUNK])
+
+    def idle_readable(self) -> bool:
+        """True when data or EOF is waiting on a connection that should be quiet (the server closed it)."""
+        if self._pending or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
+            return True
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class _TLSStream:
+    """TLS over another stream through memory BIOs: TLS inside a tunnel, itself maybe TLS (https proxy)."""
+
+    def __init__(self, inner: _SockStream, ctx: ssl.SSLContext, hostname: str) -> None:
+        self.inner = inner
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._obj = ctx.wrap_bio(self._in, self._out, server_hostname=hostname)
+        self._call(self._obj.do_handshake)
+
+    def _flush(self) -> None:
+        data = self._out.read()
+        if data:
+            self.inner.sendall(data)
+
+    def _fill(self) -> None:
+        data = self.inner.recv(_CHUNK)
+        if data:
+            self._in.write(data)
+        else:
+            self._in.write_eof()
+
+    def _call(self, op: Callable[[], object]) -> object:
+        while True:
+            try:
+                result = op()
+            except ssl.SSLWantReadError:
+                self._flush()
+                self._fill()
+                continue
+            self._flush()
+            return result
+
+    def recv_into(self, buf: memoryview) -> int:
+        try:
+            n = self._call(lambda: self._obj.read(len(buf), buf))
+        except ssl.SSLZeroReturnError:
+            return 0
+        assert isinstance(n, int)
+        return n
+
+    def sendall(self, data: bytes) -> None:
+        view = memoryview(data)
+        for i in range(0, len(view), _CHUNK):
+            self._call(functools.partial(self._obj.write, view[i : i + _CHUNK]))
+
+    def idle_readable(self) -> bool:
+        return self._obj.pending() > 0 or self._in.pending > 0 or self.inner.idle_readable()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+_Stream = Union[_SockStream, _TLSStream]
+
+
+class _Raw(io.RawIOBase):
+    def __init__(self, stream: _Stream) -> None:
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: memoryview) -> int:  # type: ignore[override]
+        return self._stream.recv_into(memoryview(b).cast("B"))
+
+
+class _Facade:
+    """What http.client.HTTPResponse needs of a socket: ``makefile('rb')``."""
+
+    def __init__(self, stream: _Stream) -> None:
+        self._stream = stream
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_Raw(self._stream))
+
+
+# --------------------------------------------------------------------------------------- connector
+
+_TOKEN_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_BAD_VALUE_RE = re.compile(r"[\r\n\0]")
+
+
+class Response:
+    """A whole response: ``headers`` has lower-case names (repeated headers joined with ', ')."""
+
+    def __init__(self, status: int, reason: str, headers: dict[str, str], body: bytes) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.body = body
+
+    def __repr__(self) -> str:
+        return f"Response({self.status} {self.reason}, {len(self.body)} bytes)"
+
+
+class Connector:
+    """Connections to one server (scheme, host, port), direct or through one explicit proxy.
+
+    Environment proxies are never consulted.  https is always verified; the trust is ``cafile`` if given,
+    else the system trust found from ``env`` (addendum 7).  An https proxy is verified against the system
+    trust.  One connection is kept and reused; not thread-safe (one Connector per thread)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        proxy: str | None = None,
+        cafile: str | None = None,
+        env: Mapping[str, str] = {},  # noqa: B006 - read only
+    ) -> None:
+        self.scheme, self.host, self.port = parse_endpoint(base_url)
+        self.host_header = netloc(self.scheme, self.host, self.port)
+        self.name = f"{self.scheme}://{self.host_header}"
+        self.proxy = parse_proxy(proxy) if proxy is not None else None
+        self._cafile = cafile
+        self._env = dict(env)
+        self._ctx: ssl.SSLContext | None = None
+        self._proxy_ctx: ssl.SSLContext | None = None
+        self._stream: _Stream | None = None
+        self._deadline: float | None = None
+
+    # -- time and contexts
+
+    def _left(self) -> float | None:
+        if self._deadline is None:
+            return None
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimedOut(f"{self.name}: timed out")
+        return left
+
+    def _target_ctx(self) -> ssl.SSLContext:
+        if self._ctx is None:
+            if self._cafile is not None:
+                if not os.path.isfile(self._cafile):
+                    raise TrustNotFound(f"CA file {self._cafile} not found")
+                trust = Trust(f"CA file {self._cafile}", cafile=self._cafile)
+            else:
+                trust = find_trust(self._env)
+            self._ctx = _tls_context(trust)
+        return self._ctx
+
+    def _system_ctx(self) -> ssl.SSLContext:
+        if self._proxy_ctx is None:
+            self._proxy_ctx = _tls_context(find_trust(self._env))
+        return self._proxy_ctx
+
+    # -- opening
+
+    def _connect(self, host: str, port: int, who: str) -> socket.socket:
+        try:
+            sock = socket.create_connection((host, port), timeout=self._left())
+        except socket.gaierror:
+            raise Unreachable(f"{who} does not answer: cannot resolve host name {host}") from None
+        except (socket.timeout, TimeoutError):
+            raise Unreachable(f"{who} does not answer: connect timed out") from None
+        except OSError as e:
+            raise Unreachable(f"{who} does not answer: {_reason(e)}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def _handshake(self, op: Callable[[], object], who: str) -> None:
+        try:
+            op()
+        except ssl.SSLCertVerificationError as e:
+            raise TLSFailure(f"{who}: certificate not trusted: {_reason(e)}") from None
+        except (socket.timeout, TimeoutError):
+            raise TimedOut(f"{who}: timed out in the TLS handshake") from None
+        except (ssl.SSLError, OSError) as e:
+            raise TLSFailure(f"{who}: TLS handshake failed: {_reason(e)}") from None
+
+    def _wrap(self, sock: socket.socket, ctx: ssl.SSLContext, host: str, who: str) -> ssl.SSLSocket:
+        ssock = ctx.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+
+        def handshake() -> None:
+            ssock.settimeout(self._left())
+            ssock.do_handshake()
+
+        try:
+            self._handshake(handshake, who)
+        except NetError:
+            ssock.close()
+            raise
+        return ssock
+
+    def _tunnel(self, stream: _SockStream, who: str) -> _SockStream:
+        """CONNECT through the proxy; returns the stream to the target (bytes past the answer kept)."""
+        hostport = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        try:
+            stream.sendall(f"CONNECT {hostport} HTTP/1.1\r\nHost: {hostport}\r\n\r\n".encode("ascii"))
+            data = b""
+            while b"\r\n\r\n" not in data:
+                if len(data) > 65536:
+                    raise NetError(f"{who}: answer to CONNECT too long")
+                piece = stream.recv(65536)
+                if not piece:
+                    raise Dropped(f"{who}: closed the connection in answer to CONNECT")
+                data += piece
+        except (socket.timeout, TimeoutError):
+            raise TimedOut(f"{who}: no answer to CONNECT within the time left") from None
+        except (ssl.SSLError, OSError) as e:
+            raise Dropped(f"{who}: connection dropped during CONNECT: {_reason(e)}") from None
+        head, _, rest = data.partition(b"\r\n\r\n")
+        status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        m = re.match(r"HTTP/1\.[01] (\d{3})(?: (.*))?$", status_line)
+        if not m:
+            raise NetError(f"{who}: bad answer to CONNECT")
+        status = int(m.group(1))
+        if not 200 <= status < 300:
+            reason = (m.group(2) or "").strip()
+            raise ProxyRefused(f"{who} refused CONNECT to {hostport}: {status} {reason}".rstrip())
+        return _SockStream(stream.sock, self._left, pending=rest)
+
+    def _open(self) -> _Stream:
+        if self.proxy is None:
+            sock = self._connect(self.host, self.port, self.name)
+            if self.scheme == "https":
+                try:
+                    sock = self._wrap(sock, self._target_ctx(), self.host, self.name)
+                except NetError:
+                    sock.close()
+                    raise
+            return _SockStream(sock, self._left)
+        who = f"proxy {self.proxy}"
+        pscheme, phost, pport = parse_endpoint(self.proxy)
+        sock = self._connect(phost, pport, who)
+        try:
+            if pscheme == "https":
+                sock = self._wrap(sock, self._system_ctx(), phost, who)
+            stream = _SockStream(sock, self._left)
+            if self.scheme == "http":
+                return stream
+            stream = self._tunnel(stream, who)
+            ctx = self._target_ctx()
+            result: list[_TLSStream] = []
+            self._handshake(
+                lambda: result.append(_TLSStream(stream, ctx, self.host)), f"{self.name} (via {who})"
+            )
+            return result[0]
+        except NetError:
+            sock.close()
+            raise
+
+    def _drop(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def close(self) -> None:
+        """Close the kept connection, if any."""
+        self._drop()
+
+    # -- requests
+
+    def _head(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> bytes:
+        if not _TOKEN_RE.match(method):
+            raise ValueError("bad HTTP method")
+        if not target.startswith("/") or not target.isascii() or any(ord(c) <= 0x20 for c in target):
+            raise ValueError("bad request target: must be an encoded path starting with '/'")
+        if self.proxy is not None and self.scheme == "http":
+            target = f"http://{self.host_header}{target}"
+        lines = [f"{method} {target} HTTP/1.1"]
+        names = {k.lower() for k in headers}
+        if "host" not in names:
+            lines.append(f"Host: {self.host_header}")
+        for k, v in headers.items():
+            if not _TOKEN_RE.match(k) or _BAD_VALUE_RE.search(v):
+                raise ValueError(f"bad HTTP header {k!r}")
+            lines.append(f"{k}: {v}")
+        if "content-length" not in names and (body or method in ("PUT", "POST", "PATCH")):
+            lines.append(f"Content-Length: {len(body)}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def request(
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes = b"",
+        *,
+        timeout: float | None,
+        limit: int | None = None,
+    ) -> Response:
+        """Send one request (``target``: the path and query, already encoded) and read the whole response.
+
+        ``timeout`` is the time left for the whole request; ``limit`` caps the body size.  A kept
+        connection that the server closed is reopened before anything is sent."""
+        head = self._head(method, target, headers, body)
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        if self._stream is not None and self._stream.idle_readable():
+            self._drop()
+        if self._stream is None:
+            self._stream = self._open()
+        stream = self._stream
+        try:
+            if len(body) <= 65536:
+                stream.sendall(head + body)
+            else:
+                stream.sendall(head)
+                stream.sendall(body)
+            resp = http.client.HTTPResponse(_Facade(stream), method=method)  # type: ignore[arg-type]
+            resp.begin()
+            data = self._body(resp, method, limit)
+        except NetError:
+            self._drop()
+            raise
+        except (socket.timeout, TimeoutError):
+            self._drop()
+            raise TimedOut(f"{self.name}: no response within the time left") from None
+        except (ConnectionError, http.client.IncompleteRead, ssl.SSLError) as e:
+            self._drop()
+            raise Dropped(f"{self.name}: connection dropped: {_reason(e)}") from None
+        except http.client.HTTPException as e:
+            self._drop()
+            raise NetError(f"{self.name}: bad HTTP response: {type(e).__name__}") from None
+        except OSError as e:
+            self._drop()
+            raise Dropped(f"{self.name}: connection dropped: {_reason(e)}") from None
+        if resp.will_close or not resp.isclosed():
+            self._drop()
+        headers_out: dict[str, str] = {}
+        for k, v in resp.getheaders():
+            k = k.lower()
+            headers_out[k] = f"{headers_out[k]}, {v}" if k in headers_out else v
+        return Response(resp.status, resp.reason, headers_out, data)
+
+    def _body(self, resp: http.client.HTTPResponse, method: str, limit: int | None) -> bytes:
+        if limit is None:
+            return resp.read()
+        length = resp.getheader("content-length", "")
+        if method != "HEAD" and length.isdigit() and int(length) > limit:
+            raise NetError(
+                f"{self.name}: response body of {int(length)} bytes is larger than the limit of {limit} bytes"
+            )
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            piece = resp.read(limit + 1 - total)
+            if not piece:
+                return b"".join(parts)
+            parts.append(piece)
+            total += len(piece)
+            if total > limit:
+                raise NetError(f"{self.name}: response body is larger than the limit of {limit} bytes")
