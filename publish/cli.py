@@ -1,22 +1,366 @@
-"""The only module that touches the process: argv, environment, streams and the exit code."""
+"""The only module that touches the process: argv, environment, streams, signals and the exit code."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
-from typing import Mapping, TextIO
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, TextIO
 
-from publish import __version__
+from publish import __version__, layout, roots
+from publish.errors import Failure, PublishError, UsageError
+from publish.flags import FlagSet, HelpRequested
+from publish.frameworks import FRAMEWORKS
+from publish.stores.base import EXEC, Store
+from publish.verbs import Say
+
+_ROOT_FLAGS = "-checkpoint ROOT [-creds LIST [-proxy URL]] [-timeout 5m]"
+SYNOPSIS = {
+    "resolve": f"publish resolve {_ROOT_FLAGS} [-probe]",
+    "watch": f"publish watch {_ROOT_FLAGS} -framework hf|dcp|snapshot [-interval 10s] [-epoch N] [-attempt A] [SAVES]",
+    "publish": f"publish publish {_ROOT_FLAGS} [-epoch N] SAVE STEP",
+    "prune": f"publish prune {_ROOT_FLAGS} [-keep 3]",
+    "probe": "publish probe -checkpoint s3://BUCKET/PREFIX -creds LIST [-proxy URL] [-timeout 5m]",
+}
+SUMMARY = {
+    "resolve": "print the latest publication's save location, or nothing",
+    "watch": "publish each save once it is complete, until SIGTERM or SIGINT",
+    "publish": "publish one complete save",
+    "prune": "remove all but the latest publications and the folders only they named",
+    "probe": "check that an S3 root and its credentials work, before a job is accepted",
+    "version": "print the version",
+    "help": "print this list",
+}
 
 
-def main(argv: list[str], env: Mapping[str, str], stdout: TextIO, stderr: TextIO) -> int:
-    """Run one command line (without the program name) and return its exit status."""
-    if argv[:1] == ["version"]:
-        stdout.write(f"publish {__version__}\n")
+def verb_list() -> str:
+    lines = ["usage: publish <verb> [flags] [arguments]", "", "verbs:"]
+    lines += [f"  {verb:<8} {text}" for verb, text in SUMMARY.items()]
+    lines += ["", "Run publish <verb> -h for a verb's flags.", ""]
+    return "\n".join(lines)
+
+
+def _decimal(what: str) -> Callable[[str], int]:
+    """A parser for a plain decimal in [0, 10^20): epochs and steps."""
+
+    def parse(text: str) -> int:
+        if not text.isascii() or not text.isdigit():
+            raise ValueError("parse error")
+        if len(text.lstrip("0")) > 20 or int(text) >= layout.LIMIT:
+            raise ValueError(f"{what} must be below 10^20")
+        return int(text)
+
+    return parse
+
+
+def _framework(text: str) -> str:
+    if text not in FRAMEWORKS:
+        raise ValueError("must be " + ", ".join(FRAMEWORKS))
+    return text
+
+
+def _flags(verb: str) -> FlagSet:
+    fs = FlagSet(verb)
+    fs.string("checkpoint", "", "the checkpoint `ROOT`: a directory, or s3://BUCKET/PREFIX (env CHECKPOINT)")
+    fs.string(
+        "creds",
+        "",
+        "S3 only: the credential sources, a comma-separated `LIST` of kind:location, tried in order",
+    )
+    fs.string("proxy", "", "S3 only: the proxy `URL` for the store, http:// or https:// and host[:port]")
+    fs.duration("timeout", 300.0, "time an S3 verb may take, or one watch scan (and watch's last scan)")
+    if verb == "resolve":
+        fs.boolean("probe", False, "S3 only: run the probe checks first")
+    if verb == "watch":
+        fs.custom("framework", None, "which saves to publish: hf, dcp or snapshot", _framework, "name")
+        fs.duration("interval", 10.0, "time between scans")
+        fs.string("attempt", "", "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)")
+    if verb in ("watch", "publish"):
+        fs.custom(
+            "epoch", None, "the dispatch epoch `N` (env DISPATCH_EPOCH; default 0)", _decimal("epoch"), "N"
+        )
+    if verb == "prune":
+        fs.integer("keep", 3, "how many of the latest publications to keep", minimum=1)
+    return fs
+
+
+@dataclass
+class _Run:
+    """What one command line asks for, once its flags, variables and arguments are checked."""
+
+    verb: str
+    fs: FlagSet
+    args: list[str]
+    env: Mapping[str, str]
+    cwd: str
+
+    def flag_or_env(self, flag: str, var: str) -> str:
+        """The flag's text when given, else the variable's; an explicitly empty flag is a usage error."""
+        if self.fs.is_set(flag):
+            value = str(self.fs.value(flag))
+            if value == "":
+                raise UsageError(f"-{flag} is empty")
+            return value
+        return self.env.get(var, "")
+
+    def epoch(self) -> int:
+        if self.fs.is_set("epoch"):
+            return int(self.fs.value("epoch"))
+        text = self.env.get("DISPATCH_EPOCH", "")
+        if not text:
+            return 0
+        try:
+            return _decimal("epoch")(text)
+        except ValueError as e:
+            raise UsageError(f'invalid value "{text}" for DISPATCH_EPOCH: {e}') from None
+
+
+def _expect_args(run: _Run, names: list[str], optional: int = 0) -> None:
+    need = len(names) - optional
+    if len(run.args) < need:
+        raise UsageError(f"missing argument {names[len(run.args)]}")
+    if len(run.args) > len(names):
+        extra = run.args[len(names)]
+        raise UsageError(
+            f"unexpected argument {extra!r}" + (" (flags go before arguments)" if extra[:1] == "-" else "")
+        )
+
+
+def _check_attempt(attempt: str) -> str:
+    if not attempt or "/" in attempt or "\0" in attempt or attempt in (".", ".."):
+        raise UsageError(f"attempt {attempt!r} is not one path element")
+    return attempt
+
+
+def _open_store(run: _Run, root: roots.Root, say: Say, deadline: float, renew: bool) -> tuple[Store, str]:
+    """The Store for ``root`` and, for S3, the credential source that answered."""
+    if isinstance(root, roots.PosixRoot):
+        from publish.stores.posix import PosixStore
+
+        return PosixStore(root.path), ""
+    from publish.creds import sources
+    from publish.stores.s3 import S3Store
+
+    spec = str(run.fs.value("creds"))
+    left = max(deadline - time.monotonic(), 0.001)
+    creds, source = sources.resolve(spec, run.env, left)
+    renewer = None
+    if renew:
+
+        def renewer(code: str) -> Any:
+            say.warn(f"the store rejected the credentials ({code}); resolving the sources again")
+            fresh, again = sources.resolve(spec, run.env, float(run.fs.value("timeout")))
+            say.warn(f"credentials from {again}")
+            return fresh
+
+    proxy = str(run.fs.value("proxy")) or None
+    store = S3Store(root.bucket, root.prefix, creds, proxy=proxy, env=run.env, renew=renewer)
+    return store, source
+
+
+def _execute(run: _Run, say: Say, stop: threading.Event | None) -> None:
+    verb, fs = run.verb, run.fs
+    started = time.monotonic()
+    timeout = float(fs.value("timeout"))
+    if verb == "publish":
+        _expect_args(run, ["SAVE", "STEP"])
+    elif verb == "watch":
+        _expect_args(run, ["SAVES"], optional=1)
+    else:
+        _expect_args(run, [])
+    text = run.flag_or_env("checkpoint", "CHECKPOINT")
+    if not text:
+        raise UsageError("-checkpoint is required (or set CHECKPOINT)")
+    root = roots.parse_root(text, run.cwd)
+    s3 = isinstance(root, roots.S3Root)
+    if not s3:
+        for name in ("creds", "proxy"):
+            if fs.is_set(name):
+                raise UsageError(f"-{name} applies only to s3:// roots; {root.text} is a POSIX root")
+        if verb == "resolve" and fs.value("probe"):
+            raise UsageError(f"-probe applies only to s3:// roots; {root.text} is a POSIX root")
+        if verb == "probe":
+            raise UsageError(f"probe checks an s3:// root; {root.text} is a POSIX root")
+    else:
+        if not fs.is_set("creds"):
+            raise UsageError(f"-creds is required for the s3:// root {root.text}")
+        if fs.is_set("proxy"):
+            from publish.net import parse_proxy
+
+            value = str(fs.value("proxy"))
+            try:
+                parse_proxy(value)
+            except ValueError as e:
+                shown = value if "@" not in value else "<a URL with userinfo>"
+                raise UsageError(f'invalid value "{shown}" for flag -proxy: {e}') from None
+
+    epoch = run.epoch() if verb in ("watch", "publish") else 0
+    saves = ""
+    if verb == "watch":
+        if fs.value("framework") is None:
+            raise UsageError("-framework is required: hf, dcp or snapshot")
+        if run.args:
+            saves = roots.below(root, run.args[0], run.cwd, "SAVES")
+        else:
+            attempt = run.flag_or_env("attempt", "DISPATCH_ATTEMPT")
+            if not attempt:
+                raise UsageError("no SAVES argument and no attempt: give -attempt or set DISPATCH_ATTEMPT")
+            saves = f"{EXEC}/{_check_attempt(attempt)}"
+    step = 0
+    if verb == "publish":
+        try:
+            step = _decimal("STEP")(run.args[1])
+        except ValueError as e:
+            raise UsageError(f"invalid STEP {run.args[1]!r}: {e}") from None
+
+    store, source = _open_store(run, root, say, started + timeout, renew=(verb == "watch"))
+    if verb != "watch":
+        store.begin(max(started + timeout - time.monotonic(), 0.001))
+
+    if verb == "resolve":
+        from publish.verbs.resolve import resolve
+
+        if s3 and fs.value("probe"):
+            _probe(store)
+        resolve(store, say)
+    elif verb == "probe":
+        _probe(store)
+        say.out(f"{root.text} ok, credentials from {source}")
+    elif verb == "publish":
+        from publish.verbs.publish import publish
+
+        path = roots.below(root, run.args[0], run.cwd, "SAVE")
+        publish(store, say, path, epoch, step)
+    elif verb == "prune":
+        from publish.verbs.prune import prune
+
+        prune(store, say, int(fs.value("keep")))
+    elif verb == "watch":
+        from publish.verbs.watch import watch
+
+        framework = FRAMEWORKS[str(fs.value("framework"))]
+        watch(
+            store,
+            say,
+            framework,
+            saves,
+            epoch,
+            float(fs.value("interval")),
+            timeout,
+            stop or threading.Event(),
+        )
+
+
+def _probe(store: Store) -> None:
+    probe = getattr(store, "probe", None)
+    if probe is None:
+        raise Failure("probe needs an s3:// root")
+    probe()
+
+
+def main(
+    argv: list[str],
+    env: Mapping[str, str],
+    stdout: TextIO,
+    stderr: TextIO,
+    *,
+    cwd: str | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Run one command line (without the program name) and return its exit status.
+
+    ``stop`` ends a watch as SIGTERM does; when None and this is the main thread, SIGTERM and SIGINT set it.
+    """
+
+    def out(line: str) -> None:
+        stdout.write(line + "\n")
+        stdout.flush()
+
+    def warn(line: str) -> None:
+        stderr.write("publish: " + line + "\n")
+        stderr.flush()
+
+    if not argv:
+        stderr.write(verb_list())
+        return 2
+    verb = argv[0]
+    if verb in ("help", "-h", "-help", "--help"):
+        (stdout if verb == "help" else stderr).write(verb_list())
         return 0
-    stderr.write("publish: not implemented yet\n")
-    return 2
+    if verb == "version":
+        if len(argv) > 1:
+            warn(f"unexpected argument {argv[1]!r}")
+            return 2
+        out(f"publish {__version__}")
+        return 0
+    if verb not in SYNOPSIS:
+        warn(f"unknown verb {verb!r}")
+        stderr.write(verb_list())
+        return 2
+
+    fs = _flags(verb)
+
+    def usage() -> str:
+        return f"usage: {SYNOPSIS[verb]}\n{fs.usage()}"
+
+    try:
+        args = fs.parse(argv[1:])
+    except HelpRequested:
+        stderr.write(usage())
+        return 0
+    except UsageError as e:
+        warn(str(e))
+        stderr.write(usage())
+        return 2
+    run = _Run(verb, fs, args, env, cwd if cwd is not None else os.getcwd())
+    restore = None
+    if verb == "watch" and stop is None and threading.current_thread() is threading.main_thread():
+        stop = threading.Event()
+        restore = _trap_signals(stop)
+    try:
+        _execute(run, Say(out, warn), stop)
+    except UsageError as e:
+        warn(str(e))
+        stderr.write(usage())
+        return 2
+    except PublishError as e:
+        warn(str(e))
+        return e.exit_code
+    except KeyboardInterrupt:
+        warn("interrupted")
+        return 130
+    except OSError as e:
+        warn(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
+        return 1
+    except Exception as e:  # never a traceback on a compute node's job log
+        warn(f"internal error: {type(e).__name__}: {e}")
+        return 1
+    finally:
+        if restore:
+            restore()
+    return 0
+
+
+def _trap_signals(stop: threading.Event) -> Callable[[], None]:
+    def handler(signum: int, frame: object) -> None:
+        stop.set()
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+    return restore
 
 
 def run() -> int:
-    return main(sys.argv[1:], os.environ, sys.stdout, sys.stderr)
+    """The console entry point."""
+    try:
+        return main(sys.argv[1:], os.environ, sys.stdout, sys.stderr)
+    except BrokenPipeError:
+        return 1

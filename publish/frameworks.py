@@ -1,0 +1,84 @@
+"""Which folders are saves, their step, and whether they are complete: hf, dcp and snapshot."""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from publish import trainer_state
+from publish.errors import Failure
+from publish.layout import LIMIT
+from publish.stores.base import Store
+
+STATE_LIMIT = 64 * 1024 * 1024  #: trainer_state.json over this is refused
+_HF = re.compile(r"checkpoint-([0-9]+)")
+_DCP = re.compile(r".*?([0-9]+)")
+_SNAPSHOT = re.compile(r"step_([0-9]{12})_([0-9a-f]{32})")
+
+
+class Framework:
+    """How one framework lays out its saves inside SAVES."""
+
+    def __init__(self, name: str, pattern: re.Pattern[str], complete: Callable[[Store, str, int], bool]):
+        self.name = name
+        self._pattern = pattern
+        self._complete = complete
+
+    def step(self, folder: str) -> int | None:
+        """The step of a save folder named ``folder``, or None when the name is not a save's."""
+        m = self._pattern.fullmatch(folder)
+        if not m:
+            return None
+        step = int(m.group(1))
+        return step if step < LIMIT else None
+
+    def complete(self, store: Store, path: str, step: int) -> bool:
+        """True when the save at ``path`` is whole; False while it is still being written.
+
+        Raises Failure when the save holds something that can never become whole (hf: a trainer_state.json
+        that does not parse, or disagrees with the folder)."""
+        return self._complete(store, path, step)
+
+
+def _hf_complete(store: Store, path: str, step: int) -> bool:
+    where = store.location(path + "/trainer_state.json")
+    data = store.read(path + "/trainer_state.json", STATE_LIMIT)
+    if data is None:
+        return False
+    try:
+        state = trainer_state.parse(data)
+    except trainer_state.Incomplete:
+        return False
+    except ValueError as e:
+        raise Failure(f"{where}: does not parse: {e}") from None
+    if not isinstance(state, dict) or "global_step" not in state:
+        raise Failure(f"{where}: no global_step")
+    global_step = state["global_step"]
+    if isinstance(global_step, bool) or not isinstance(global_step, int):
+        raise Failure(f"{where}: global_step {global_step!r} is not an integer")
+    if global_step != step:
+        raise Failure(f"{where}: global_step {global_step} disagrees with the folder's step {step}")
+    return True
+
+
+def _dcp_complete(store: Store, path: str, step: int) -> bool:
+    return store.exists(path + "/.metadata")
+
+
+def _snapshot_complete(store: Store, path: str, step: int) -> bool:
+    from publish.snapshots import ready_matches  # the library's own rule; it imports torch only when loading
+
+    ready = store.read(path + "/READY", 16 * 1024)
+    if ready is None or len(ready) > 256:
+        return False
+    manifest = store.read(path + "/manifest.json", 1024 * 1024)
+    if manifest is None or len(manifest) > 16 * 1024:
+        return False
+    return ready_matches(manifest, ready)
+
+
+FRAMEWORKS = {
+    "hf": Framework("hf", _HF, _hf_complete),
+    "dcp": Framework("dcp", _DCP, _dcp_complete),
+    "snapshot": Framework("snapshot", _SNAPSHOT, _snapshot_complete),
+}

@@ -1,0 +1,133 @@
+"""``-checkpoint`` (and SAVE arguments) → a POSIX root or an S3 root, with every refusal the spec lists."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Union
+
+from publish.errors import Failure
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_IPV4 = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
+
+
+@dataclass(frozen=True)
+class PosixRoot:
+    path: str  #: absolute, lexically clean
+
+    @property
+    def text(self) -> str:
+        return self.path
+
+
+@dataclass(frozen=True)
+class S3Root:
+    bucket: str
+    prefix: str  #: no leading or trailing /; may be empty
+
+    @property
+    def text(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+
+Root = Union[PosixRoot, S3Root]
+
+
+def clean_posix(path: str, cwd: str) -> str:
+    """``path`` made absolute against ``cwd`` and cleaned lexically; links are not resolved."""
+    joined = posixpath.join(cwd, path)
+    cleaned = posixpath.normpath(joined)
+    if cleaned.startswith("//"):  # normpath keeps a leading // (POSIX leaves it implementation-defined)
+        cleaned = "/" + cleaned.lstrip("/")
+    return cleaned
+
+
+def _bucket_problem(bucket: str) -> str:
+    if not bucket:
+        return "no bucket"
+    if (
+        not _BUCKET.fullmatch(bucket)
+        or ".." in bucket
+        or ".-" in bucket
+        or "-." in bucket
+        or _IPV4.fullmatch(bucket)
+        or bucket.startswith(("xn--", "sthree-"))
+        or bucket.endswith(("-s3alias", "--ol-s3"))
+    ):
+        return f"bucket {bucket!r} is not a valid S3 bucket name"
+    return ""
+
+
+def parse_s3(text: str, what: str) -> S3Root:
+    """Parse ``s3://BUCKET[/PREFIX]`` (addendum 8); Failure naming ``what`` and the fault."""
+    rest = text[len("s3://") :]
+    for ch, fault in (("?", "a query"), ("#", "a fragment")):
+        if ch in rest:
+            raise Failure(f"{what} {_redact(text)}: {fault} is not allowed in an S3 root")
+    authority, _, prefix = rest.partition("/")
+    if "@" in authority:
+        raise Failure(f"{what} {_redact(text)}: userinfo is not allowed in an S3 root")
+    if ":" in authority:
+        raise Failure(f"{what} {text}: a port is not allowed in an S3 root (the endpoint comes from -creds)")
+    problem = _bucket_problem(authority)
+    if problem:
+        raise Failure(f"{what} {text}: {problem}")
+    if prefix.endswith("/"):
+        prefix = prefix[:-1]
+    if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
+        raise Failure(f"{what} {text}: the prefix has an empty, '.' or '..' element")
+    if "\0" in prefix:
+        raise Failure(f"{what}: the prefix holds a NUL byte")
+    return S3Root(authority, prefix)
+
+
+def _redact(text: str) -> str:
+    """The URL with any userinfo replaced, so a password never reaches a message."""
+    head, sep, rest = text.partition("://")
+    if not sep:
+        return text
+    authority, slash, tail = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rsplit("@", 1)[1]
+    return head + sep + authority + slash + tail
+
+
+def parse_root(text: str, cwd: str) -> Root:
+    """The root ``-checkpoint`` names.  Any ``word:`` scheme other than ``s3://`` is refused (exit 1)."""
+    if text.startswith("s3://"):
+        return parse_s3(text, "-checkpoint")
+    m = _SCHEME.match(text)
+    if m:
+        raise Failure(
+            f"-checkpoint {_redact(text)}: the scheme {m.group(0)} is not supported: a root is s3://BUCKET/PREFIX "
+            "or a POSIX path (put ./ in front of a relative path whose first element holds a colon)"
+        )
+    if "\0" in text:
+        raise Failure("-checkpoint: the path holds a NUL byte")
+    return PosixRoot(clean_posix(text, cwd))
+
+
+def below(root: Root, text: str, cwd: str, what: str) -> str:
+    """The path, relative to ``root``, of a SAVE or SAVES argument; Failure unless it lies strictly below it."""
+    if isinstance(root, S3Root):
+        if not text.startswith("s3://"):
+            raise Failure(f"{what} {text}: the root is {root.text}, so {what} must be an s3:// URL under it")
+        url = parse_s3(text, what)
+        if url.bucket != root.bucket:
+            raise Failure(f"{what} {text}: not under the root {root.text}")
+        rel = url.prefix[len(root.prefix) + 1 :] if root.prefix else url.prefix
+        if not rel or (root.prefix and not url.prefix.startswith(root.prefix + "/")):
+            raise Failure(f"{what} {text}: not under the root {root.text}")
+        return rel
+    if _SCHEME.match(text):
+        raise Failure(f"{what} {_redact(text)}: the root is a POSIX path, so {what} must be a path under it")
+    if "\0" in text:
+        raise Failure(f"{what}: the path holds a NUL byte")
+    path = clean_posix(text, cwd)
+    base = root.path.rstrip("/")
+    if not path.startswith(base + "/") or path == base:
+        raise Failure(f"{what} {path}: not under the root {root.path}")
+    return path[len(base) + 1 :]

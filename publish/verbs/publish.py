@@ -1,0 +1,26 @@
+"""publish: publish one save, for frameworks without a completion marker."""
+
+from __future__ import annotations
+
+from publish import layout
+from publish.errors import Failure
+from publish.stores.base import Store
+from publish.verbs import Say
+
+
+def publish_entry(store: Store, say: Say, epoch: int, step: int, path: str) -> bool:
+    """Create the entry for the save at ``path``; print it, or say it was already there.  True when created."""
+    name = layout.name(epoch, step, path)
+    where = store.location(path)
+    if store.create_entry(name):
+        say.out(f"published {name} (epoch {epoch}, step {step}, {where})")
+        return True
+    say.warn(f"{name} already published (epoch {epoch}, step {step}, {where})")
+    return False
+
+
+def publish(store: Store, say: Say, path: str, epoch: int, step: int) -> None:
+    store.check_root()
+    if not store.holds(path):
+        raise Failure(f"save {store.location(path)} does not exist")
+    publish_entry(store, say, epoch, step, path)
