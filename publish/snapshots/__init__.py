@@ -1,0 +1,318 @@
+"""Recoverable checkpoints written by the training process itself, on a local disk or a FUSE mount.
+
+``save_checkpoint`` writes one snapshot directory, ``load_latest`` finds the newest one that verifies,
+``list_valid`` lists them all, ``load`` loads one given directory.  torch is imported on first use only.
+The format and the rules are in docs/snapshots.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+from . import _fs, _payload
+from ._format import (
+    FORMAT,
+    MANIFEST,
+    MANIFEST_LIMIT,
+    PAYLOAD,
+    READY,
+    READY_LIMIT,
+    SNAPSHOT_DIR,
+    SnapshotError,
+    dir_name,
+    is_int,
+    manifest_bytes,
+    parse_manifest,
+    ready_bytes,
+    ready_matches,
+    valid_step,
+)
+
+__all__ = [
+    "FORMAT",
+    "SNAPSHOT_DIR",
+    "SnapshotError",
+    "list_valid",
+    "load",
+    "load_latest",
+    "ready_matches",
+    "save_checkpoint",
+]
+
+log = logging.getLogger(__name__)
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class _Meta:
+    """A snapshot whose READY matches its manifest, and the manifest its directory name."""
+
+    path: str
+    name: str
+    manifest: dict[str, Any]
+    manifest_bytes: bytes
+    ready: bytes
+
+    @property
+    def key(self) -> tuple[int, int, str]:
+        return (self.manifest["step"], self.manifest["created_ns"], self.name)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A directory named like a snapshot that is not one (incomplete, corrupt, a link...)."""
+
+    path: str
+    name: str
+    reason: str
+
+    @property
+    def key(self) -> tuple[int, int, str]:
+        return (int(self.name[5:17]), -1, self.name)
+
+
+# Snapshots this process verified completely: path -> (READY, manifest bytes, payload fingerprint).
+# Retention trusts an entry only while all three are unchanged; anything else is verified again.
+_verified: dict[str, tuple[bytes, bytes, _payload.Fingerprint]] = {}
+
+
+def _read_meta(path: str, name: str) -> _Meta:
+    """READY and manifest.json of the snapshot at ``path``, checked; raises SnapshotError or OSError."""
+    if SNAPSHOT_DIR.fullmatch(name) is None:
+        raise SnapshotError(f"{path}: the name is not step_<12 digits>_<32 hex digits>")
+    try:
+        _fs.lstat_dir(path)
+    except FileNotFoundError:
+        raise SnapshotError(f"{path} does not exist") from None
+    ready_path = os.path.join(path, READY)
+    manifest_path = os.path.join(path, MANIFEST)
+    try:
+        ready = _fs.read_limited(ready_path, READY_LIMIT)
+    except FileNotFoundError:
+        raise SnapshotError(f"{path} is incomplete: no {READY}") from None
+    try:
+        data = _fs.read_limited(manifest_path, MANIFEST_LIMIT)
+    except FileNotFoundError:
+        raise SnapshotError(f"{path} has a {READY} but no {MANIFEST}") from None
+    if ready != ready_bytes(data):
+        raise SnapshotError(f"{ready_path} does not match {MANIFEST}")
+    try:
+        manifest = parse_manifest(data, name)
+    except SnapshotError as e:
+        raise SnapshotError(f"{manifest_path}: {e}") from None
+    return _Meta(path, name, manifest, data, ready)
+
+
+def _verify(meta: _Meta) -> dict[str, Any]:
+    """The payload of a snapshot whose metadata checked, verified completely; remembered as verified."""
+    payload, fp = _payload.load(os.path.join(meta.path, PAYLOAD), meta.manifest)
+    _verified[meta.path] = (meta.ready, meta.manifest_bytes, fp)
+    return payload
+
+
+def _scan(root: str) -> list[_Meta | _Refused]:
+    """Every entry of ``root`` named like a snapshot, newest first by (step, created_ns, name)."""
+    entries: list[_Meta | _Refused] = []
+    for name in os.listdir(root):
+        if SNAPSHOT_DIR.fullmatch(name) is None:
+            continue
+        path = os.path.join(root, name)
+        try:
+            entries.append(_read_meta(path, name))
+        except (SnapshotError, OSError) as e:
+            entries.append(_Refused(path, name, _reason(e)))
+    entries.sort(key=lambda e: e.key, reverse=True)
+    return entries
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"{e.filename}: {e.strerror}"
+    return str(e)
+
+
+def list_valid(root: PathLike) -> list[Path]:
+    """Every snapshot in ``root`` that verifies completely, newest first; ``[]`` for a missing or empty root.
+
+    Finds nothing to verify, and so does not import torch, when the root is missing or has no snapshot.
+    """
+    path, exists = _fs.check_root(root)
+    if not exists:
+        return []
+    valid = []
+    for entry in _scan(path):
+        if isinstance(entry, _Refused):
+            log.info("snapshot %s is not valid: %s", entry.path, entry.reason)
+            continue
+        try:
+            _verify(entry)
+        except (SnapshotError, OSError) as e:
+            log.info("snapshot %s is not valid: %s", entry.path, _reason(e))
+            continue
+        valid.append(Path(entry.path))
+    return valid
+
+
+def _info(meta: _Meta, skipped: list[dict[str, str]]) -> dict[str, Any]:
+    step = meta.manifest["step"]
+    return {"path": meta.path, "step": step, "manifest": dict(meta.manifest), "skipped": skipped}
+
+
+def load_latest(root: PathLike) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The newest snapshot in ``root`` that verifies, loaded onto the CPU, as ``(payload, info)``; else None.
+
+    Each snapshot skipped on the way is logged and listed in ``info["skipped"]`` as ``{"path", "reason"}``.
+    """
+    path, exists = _fs.check_root(root)
+    entries = _scan(path) if exists else []
+    if not entries:
+        log.info("no snapshot in %s", path)
+        return None
+    _payload.torch()  # a missing torch is an ImportError, not a reason to skip a snapshot
+    skipped: list[dict[str, str]] = []
+    for entry in entries:
+        if isinstance(entry, _Meta):
+            try:
+                payload = _verify(entry)
+            except (SnapshotError, OSError) as e:
+                reason = _reason(e)
+            else:
+                return payload, _info(entry, skipped)
+        else:
+            reason = entry.reason
+        log.warning("skipping snapshot %s: %s", entry.path, reason)
+        skipped.append({"path": entry.path, "reason": reason})
+    log.warning("no snapshot in %s could be recovered (%d skipped)", path, len(skipped))
+    return None
+
+
+def load(path: PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The snapshot directory at ``path``, verified as ``load_latest`` would; SnapshotError if it fails."""
+    full, exists = _fs.check_root(path)
+    if not exists:
+        raise SnapshotError(f"{full} does not exist")
+    meta = _read_meta(full, os.path.basename(full))
+    return _verify(meta), _info(meta, [])
+
+
+def _check_args(payload: Any, keep_last: Any) -> int:
+    if not isinstance(payload, dict):
+        raise ValueError(f"the payload is a {type(payload).__name__}, not a dict")
+    if "step" not in payload:
+        raise ValueError("the payload has no 'step'")
+    step = payload["step"]
+    if not valid_step(step):
+        raise ValueError(f"step {step!r} is not an int in [0, 10^12)")
+    if not is_int(keep_last) or keep_last < 2:
+        raise ValueError(f"keep_last {keep_last!r} is not an int >= 2")
+    return int(step)
+
+
+def _invalidate(directory: str) -> None:
+    """Make a snapshot that failed impossible to mistake for a complete one; its other files stay."""
+    try:
+        os.unlink(os.path.join(directory, READY))
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        log.error("could not remove %s from a failed snapshot: %s", READY, _reason(e))
+        return
+    try:
+        _fs.fsync_dir(directory)
+    except OSError as e:
+        log.warning("could not fsync %s: %s", directory, _reason(e))
+
+
+def save_checkpoint(root: PathLike, payload: dict[str, Any], keep_last: int = 2) -> Path:
+    """Write ``payload`` (a dict with an int ``step``) as a new snapshot in ``root``, verify it, prune.
+
+    Any failure before the new snapshot verified leaves it without READY and is raised.  Retention keeps
+    the newest ``keep_last`` valid snapshots and the new one; its failures are logged warnings.
+    """
+    step = _check_args(payload, keep_last)
+    _payload.torch()
+    path, exists = _fs.check_root(root)
+    if not exists:
+        _fs.make_root(path)
+    ident = uuid.uuid4().hex
+    name = dir_name(step, ident)
+    directory = os.path.join(path, name)
+    os.mkdir(directory)
+    try:
+        digest, size = _payload.write(directory, PAYLOAD, payload)
+        data = manifest_bytes(step, ident, digest, size, time.time_ns())
+        _fs.write_file(directory, MANIFEST, data)
+        _fs.write_file(directory, READY, ready_bytes(data))
+        _fs.fsync_dir(directory)
+        _fs.fsync_dir(path)
+        new = _read_meta(directory, name)
+        _verify(new)
+    except BaseException:
+        _invalidate(directory)
+        raise
+    _retain(path, new, keep_last)
+    return Path(directory)
+
+
+def _fingerprint_now(meta: _Meta) -> _payload.Fingerprint:
+    return _payload.fingerprint(os.lstat(os.path.join(meta.path, PAYLOAD)))
+
+
+def _still_verified(meta: _Meta) -> bool:
+    cached = _verified.get(meta.path)
+    return cached is not None and cached == (meta.ready, meta.manifest_bytes, _fingerprint_now(meta))
+
+
+def _retain(root: str, new: _Meta, keep_last: int) -> None:
+    """Remove the valid snapshots older than the newest ``keep_last`` (and the new one); never raises."""
+    try:
+        entries = _scan(root)
+    except Exception as e:
+        log.warning("retention: cannot list %s: %s", root, _reason(e))
+        return
+    kept = 0
+    for entry in entries:
+        if isinstance(entry, _Refused):
+            log.info("retention: left %s in place: %s", entry.path, entry.reason)
+            continue
+        if entry.path == new.path:
+            kept += 1
+            continue
+        try:
+            if not _still_verified(entry):
+                _verify(entry)
+        except Exception as e:
+            log.warning("retention: left %s in place: %s", entry.path, _reason(e))
+            continue
+        if kept < keep_last:
+            kept += 1
+            continue
+        try:
+            _remove(root, entry)
+        except Exception as e:
+            log.warning("retention: could not remove %s: %s", entry.path, _reason(e))
+
+
+def _remove(root: str, meta: _Meta) -> None:
+    """Check the snapshot once more, then remove READY first, then the other files, then the directory."""
+    again = _read_meta(meta.path, meta.name)
+    if not _still_verified(again):
+        log.warning("retention: left %s in place: it changed since it was verified", meta.path)
+        return
+    _verified.pop(meta.path, None)
+    os.unlink(os.path.join(meta.path, READY))
+    _fs.fsync_dir(meta.path)
+    os.unlink(os.path.join(meta.path, MANIFEST))
+    os.unlink(os.path.join(meta.path, PAYLOAD))
+    try:
+        os.rmdir(meta.path)
+    except OSError as e:
+        log.info("retention: left %s in place: %s", meta.path, _reason(e))
+    _fs.fsync_dir(root)

@@ -1,0 +1,151 @@
+"""File access that refuses symbolic links: the root, its ancestors, snapshot directories and files."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ._format import SnapshotError
+
+_REPARSE_POINT = 0x400  # FILE_ATTRIBUTE_REPARSE_POINT, Windows only
+_READ_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+_CREATE_FLAGS = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+def is_link(st: os.stat_result) -> bool:
+    return stat.S_ISLNK(st.st_mode) or bool(getattr(st, "st_file_attributes", 0) & _REPARSE_POINT)
+
+
+def lstat_dir(path: str) -> os.stat_result:
+    """``lstat`` of a directory that must not be a link; FileNotFoundError passes through."""
+    st = os.lstat(path)
+    if is_link(st):
+        raise SnapshotError(f"{path} is a symbolic link")
+    if not stat.S_ISDIR(st.st_mode):
+        raise SnapshotError(f"{path} is not a directory")
+    return st
+
+
+def check_root(root: str | os.PathLike[str]) -> tuple[str, bool]:
+    """The root made absolute (lexically), and whether it exists.
+
+    Every existing element of the path, the root included, must be a directory and not a link.
+    """
+    path = os.path.abspath(os.fspath(root))
+    drive, rest = os.path.splitdrive(path)
+    current = drive + os.sep
+    for part in [p for p in rest.split(os.sep) if p]:
+        current = os.path.join(current, part)
+        try:
+            lstat_dir(current)
+        except FileNotFoundError:
+            return path, False
+    return path, True
+
+
+def make_root(path: str) -> None:
+    """Create the missing elements of an absolute, checked root, refusing links; fsync each new parent."""
+    parent = os.path.dirname(path)
+    if parent != path:
+        try:
+            lstat_dir(parent)
+        except FileNotFoundError:
+            make_root(parent)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    else:
+        fsync_dir(parent)
+    lstat_dir(path)
+
+
+def open_regular(path: str) -> tuple[int, os.stat_result]:
+    """Open a regular file for reading: not a link (``O_NOFOLLOW``), the same file ``lstat`` saw."""
+    before = os.lstat(path)
+    if is_link(before):
+        raise SnapshotError(f"{path} is a symbolic link")
+    if not stat.S_ISREG(before.st_mode):
+        raise SnapshotError(f"{path} is not a regular file")
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError as e:
+        if os.path.islink(path):
+            raise SnapshotError(f"{path} is a symbolic link") from None
+        raise e
+    after = os.fstat(fd)
+    if not stat.S_ISREG(after.st_mode) or (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+        os.close(fd)
+        raise SnapshotError(f"{path} changed while it was being opened")
+    return fd, after
+
+
+def read_limited(path: str, limit: int) -> bytes:
+    """The whole of a small regular file; over ``limit`` bytes is refused."""
+    fd, st = open_regular(path)
+    try:
+        if st.st_size > limit:
+            raise SnapshotError(f"{path} is over {limit} bytes")
+        chunks = []
+        total = 0
+        while total <= limit:
+            chunk = os.read(fd, limit + 1 - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise SnapshotError(f"{path} is over {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def create_exclusive(path: str) -> int:
+    """A new file opened for writing; it must not exist (not even as a link)."""
+    return os.open(path, _CREATE_FLAGS, 0o666)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_file(directory: str, name: str, data: bytes) -> None:
+    """``<name>.partial`` created exclusively, written, fsynced, then renamed to ``name``."""
+    partial = os.path.join(directory, name + ".partial")
+    fd = create_exclusive(partial)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(partial, os.path.join(directory, name))
+
+
+def fsync_dir(path: str) -> None:
+    """Make the names in a directory durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        if os.name == "nt":
+            return
+        raise
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
