@@ -1,0 +1,106 @@
+"""Shared fixtures: the command under test (in-process, or a frozen binary), and CI's no-skip rule."""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from publish.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+CI = os.environ.get("CI") == "true"
+
+
+def need(condition: bool, why: str) -> None:
+    """Skip when a tool is missing; under CI=true a missing tool fails instead."""
+    if not condition:
+        if CI:
+            pytest.fail(f"required under CI=true: {why}")
+        pytest.skip(why)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    if CI and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI=true, where every test must run: {report.longrepr}"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def lines(self) -> list[str]:
+        return self.out.splitlines()
+
+
+def command() -> list[str] | None:
+    """The command under test when it is not the in-process ``main``: ``PUBLISH_BIN`` (a path, or a command)."""
+    value = os.environ.get("PUBLISH_BIN", "")
+    return shlex.split(value) if value else None
+
+
+def base_env() -> dict[str, str]:
+    """The environment a subprocess gets before the test's own variables: enough to run, nothing that steers."""
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "SYSTEMROOT", "TMPDIR")
+    return {k: os.environ[k] for k in keep if k in os.environ}
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: str | Path | None = None, timeout: float = 120
+) -> Result:
+    """Run the command once; in-process through ``main`` unless PUBLISH_BIN names a binary."""
+    env = dict(env or {})
+    cmd = command()
+    if cmd is None:
+        out, err = io.StringIO(), io.StringIO()
+        code = main(list(args), env, out, err, cwd=str(cwd) if cwd is not None else None)
+        return Result(code, out.getvalue(), err.getvalue())
+    proc = subprocess.run(
+        [*cmd, *args],
+        env={**base_env(), **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def spawn(
+    *args: str, env: dict[str, str] | None = None, cwd: str | Path | None = None
+) -> subprocess.Popen[str]:
+    """Start the command as a real process (for watch and signals)."""
+    cmd = command() or [sys.executable, "-m", "publish"]
+    full_env = {**base_env(), **(env or {})}
+    if command() is None:
+        full_env["PYTHONPATH"] = str(REPO)
+    return subprocess.Popen(
+        [*cmd, *args], env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+@pytest.fixture
+def cli() -> Callable[..., Result]:
+    return run_cli
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """An empty POSIX checkpoint root."""
+    r = tmp_path / "ckpt"
+    r.mkdir()
+    return r

@@ -1,0 +1,106 @@
+"""The conformance suite every Store passes.
+
+A store's test file subclasses ``StoreContract`` and provides two fixtures: ``store`` (a Store over a fresh,
+empty root) and ``make_file`` (``make_file(path, data=b"")`` creates a file, or an S3 object, at ``path``
+relative to that root).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from publish import layout
+from publish.errors import Failure
+from publish.stores.base import Store
+
+MakeFile = Callable[..., None]
+
+
+class StoreContract:
+    def test_location_joins_root_and_path(self, store: Store) -> None:
+        assert store.location("exec/A/checkpoint-1") == store.root + "/exec/A/checkpoint-1"
+        assert not store.root.endswith("/")
+
+    def test_fresh_root_has_no_entries(self, store: Store) -> None:
+        store.begin(30)
+        store.check_root()
+        assert store.list_entries() == []
+
+    def test_create_entry_once(self, store: Store) -> None:
+        name = layout.name(1, 2, "exec/A/checkpoint-2")
+        assert store.create_entry(name) is True
+        assert store.create_entry(name) is False
+        assert store.list_entries() == [name]
+
+    def test_entries_listed_in_any_number(self, store: Store) -> None:
+        names = {layout.name(0, i, f"exec/A/checkpoint-{i}") for i in range(25)}
+        for n in names:
+            assert store.create_entry(n)
+        assert sorted(store.list_entries()) == sorted(names)
+
+    def test_remove_entries(self, store: Store) -> None:
+        a, b = layout.name(0, 1, "x/a"), layout.name(0, 2, "x/b")
+        store.create_entry(a)
+        store.create_entry(b)
+        store.remove_entries([a, layout.name(0, 3, "x/never")])
+        assert store.list_entries() == [b]
+
+    def test_odd_names_in_pub_are_listed_not_hidden(self, store: Store, make_file: MakeFile) -> None:
+        make_file("pub/.hidden")
+        make_file("pub/not-an-entry")
+        assert sorted(store.list_entries()) == [".hidden", "not-an-entry"]
+
+    def test_holds(self, store: Store, make_file: MakeFile) -> None:
+        make_file("exec/AB/checkpoint-1/model.bin", b"w")
+        assert store.holds("exec/AB/checkpoint-1")
+        assert store.holds("exec/AB")
+        assert not store.holds("exec/A")  # a prefix of a name is not a folder
+        assert not store.holds("exec/AB/checkpoint-2")
+
+    def test_list_folders(self, store: Store, make_file: MakeFile) -> None:
+        make_file("exec/A/checkpoint-1/a", b"1")
+        make_file("exec/A/checkpoint-20/b", b"2")
+        make_file("exec/A/loose-file", b"3")
+        make_file("exec/AB/checkpoint-3/c", b"4")
+        assert sorted(store.list_folders("exec/A")) == ["checkpoint-1", "checkpoint-20"]
+        assert store.list_folders("exec/missing") == []
+
+    def test_read(self, store: Store, make_file: MakeFile) -> None:
+        make_file("exec/A/checkpoint-1/trainer_state.json", b'{"global_step": 1}')
+        assert store.read("exec/A/checkpoint-1/trainer_state.json", 1024) == b'{"global_step": 1}'
+        assert store.read("exec/A/checkpoint-1/missing.json", 1024) is None
+        assert store.read("exec/A/checkpoint-1/trainer_state.json", 18) == b'{"global_step": 1}'
+
+    def test_read_over_the_limit_is_refused_naming_the_file(self, store: Store, make_file: MakeFile) -> None:
+        make_file("exec/A/big", b"x" * 100)
+        with pytest.raises(Failure, match="exec/A/big"):
+            store.read("exec/A/big", 99)
+
+    def test_exists(self, store: Store, make_file: MakeFile) -> None:
+        make_file("exec/A/step-5/.metadata", b"")
+        assert store.exists("exec/A/step-5/.metadata")
+        assert not store.exists("exec/A/step-6/.metadata")
+
+    def test_remove_folder_removes_everything_under_it_and_nothing_else(
+        self, store: Store, make_file: MakeFile
+    ) -> None:
+        make_file("exec/A/checkpoint-1/a", b"1")
+        make_file("exec/A/checkpoint-1/sub/b", b"2")
+        make_file("exec/A/checkpoint-10/c", b"3")
+        make_file("exec/A/checkpoint-1x", b"4")
+        result = store.remove_folder("exec/A/checkpoint-1")
+        assert result.removed and not result.link
+        assert not store.holds("exec/A/checkpoint-1")
+        assert store.read("exec/A/checkpoint-10/c", 10) == b"3"
+        assert store.read("exec/A/checkpoint-1x", 10) == b"4"
+
+    def test_remove_absent_folder(self, store: Store) -> None:
+        result = store.remove_folder("exec/A/checkpoint-9")
+        assert not result.removed and not result.link
+
+    def test_begin_accepts_none_and_seconds(self, store: Store, make_file: Any) -> None:
+        store.begin(None)
+        store.begin(5.0)
+        assert store.list_entries() == []
