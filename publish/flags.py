@@ -20,6 +20,7 @@ __all__ = [
     "FlagSet",
     "HelpRequested",
     "format_duration",
+    "format_duration_ns",
     "go_quote",
     "parse_duration",
     "parse_duration_ns",
@@ -258,8 +259,22 @@ def go_quote(text: str) -> str:
 
 
 def _time_quote(text: str) -> str:
-    """The ``quote`` of Go's time package: only ``"`` and ``\\`` escaped, other bytes as they are."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """The ``quote`` of Go's time package: ``"`` and ``\\`` escaped, control and non-ASCII bytes as ``\\xNN``."""
+    out = ['"']
+    for ch in text:
+        cp = ord(ch)
+        if cp < 0x20 or cp >= 0x80:
+            try:
+                raw = ch.encode("utf-8", "surrogateescape")  # a byte that was not UTF-8 in argv
+            except UnicodeEncodeError:
+                raw = "\ufffd".encode()
+            out.extend(f"\\x{b:02x}" for b in raw)
+        elif ch in ('"', "\\"):
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
 
 
 # --- The flag set
