@@ -198,8 +198,11 @@ def load(path: PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
     full, exists = _fs.check_root(path)
     if not exists:
         raise SnapshotError(f"{full} does not exist")
-    meta = _read_meta(full, os.path.basename(full))
-    return _verify(meta), _info(meta, [])
+    try:
+        meta = _read_meta(full, os.path.basename(full))
+        return _verify(meta), _info(meta, [])
+    except OSError as e:
+        raise SnapshotError(_reason(e)) from e
 
 
 def _check_args(payload: Any, keep_last: Any) -> int:

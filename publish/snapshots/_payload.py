@@ -27,9 +27,16 @@ class HashingWriter:
         self.fd = fd
         self.size = 0
         self.sha256 = hashlib.sha256()
+        self.error: OSError | None = None
 
     def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
+        try:
+            return self._write(memoryview(data).cast("B"))
+        except OSError as e:
+            self.error = e  # torch replaces it with its own RuntimeError on the way out
+            raise
+
+    def _write(self, view: memoryview) -> int:
         if len(view) >= _PARALLEL_HASH:
             # hashlib releases the GIL on large buffers: hash and write at the same time.
             hasher = threading.Thread(target=self.sha256.update, args=(view,), daemon=True)
@@ -54,7 +61,12 @@ def write(directory: str, name: str, payload: dict[str, Any]) -> tuple[str, int]
     fd = _fs.create_exclusive(partial)
     try:
         writer = HashingWriter(fd)
-        torch().save(payload, writer)
+        try:
+            torch().save(payload, writer)
+        except Exception:
+            if writer.error is not None:
+                raise writer.error from None  # a full disk is an OSError(ENOSPC), not torch's message
+            raise
         os.fsync(fd)
     finally:
         os.close(fd)
