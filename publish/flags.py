@@ -5,8 +5,9 @@ a boolean flag never takes the next argument (``-probe=false`` sets it false); p
 argument that is not a flag (a lone ``-`` included) or after ``--``, which is consumed; a flag given twice
 keeps the last value; names are never abbreviated. Errors are ``UsageError`` with Go's text.
 
-Also here, for other parsers that follow Go: ``parse_go_bool`` (``strconv.ParseBool``),
-``parse_duration`` (``time.ParseDuration``, in seconds) and ``format_duration`` (``Duration.String``).
+Also here, for other parsers that follow the same rules: ``parse_go_bool`` (``strconv.ParseBool``),
+``parse_duration`` (``time.ParseDuration``, in seconds), ``format_duration`` (``Duration.String``),
+``parse_decimal`` (the integers of ``-keep``, ``-epoch``, STEP) and ``go_quote`` (Go's ``%q``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "format_duration",
     "format_duration_ns",
     "go_quote",
+    "parse_decimal",
     "parse_duration",
     "parse_duration_ns",
     "parse_go_bool",
@@ -282,6 +284,32 @@ def _time_quote(text: str) -> str:
 _DECIMAL = re.compile(r"-?[0-9]+")
 
 
+def parse_decimal(text: str, *, minimum: int | None = None, below: int | None = None) -> int:
+    """A plain decimal integer (an optional ``-`` and ASCII digits; no ``+``, ``0x``, ``_`` or spaces).
+
+    ``ValueError`` says why: ``parse error`` (Go's word for a malformed number), ``must be at least N``,
+    ``must be below N``, or ``value out of range`` (longer than Python reads, with no bound to compare).
+    """
+    if not _DECIMAL.fullmatch(text):
+        raise ValueError(_PARSE_ERROR)
+    negative = text[0] == "-"
+    digits = text.lstrip("-").lstrip("0") or "0"
+    # Refuse, before int(), a number longer than any in range (and Python's digit limit).
+    if below is not None and not negative and len(digits) > len(str(below)):
+        raise ValueError(f"must be below {below}")
+    if minimum is not None and negative and len(digits) > len(str(abs(minimum))) + 1:
+        raise ValueError(f"must be at least {minimum}")
+    try:
+        n = -int(digits) if negative else int(digits)
+    except ValueError:
+        raise ValueError(_OUT_OF_RANGE) from None
+    if minimum is not None and n < minimum:
+        raise ValueError(f"must be at least {minimum}")
+    if below is not None and n >= below:
+        raise ValueError(f"must be below {below}")
+    return n
+
+
 class _Flag:
     __slots__ = ("name", "usage", "kind", "default", "value", "parse", "metavar", "shown_default")
 
@@ -345,7 +373,7 @@ class FlagSet:
 
         shown_text = format_duration(default)
         shown = None if shown_text == "0s" else shown_text
-        self._define(_Flag(name, usage, "duration", default, parse, "duration", shown))
+        self._define(_Flag(name, usage, "duration", float(default), parse, "duration", shown))
 
     def integer(
         self,
@@ -359,24 +387,7 @@ class FlagSet:
         """A plain decimal integer (an optional ``-``, ASCII digits), with ``minimum <= n < below``."""
 
         def parse(text: str) -> int:
-            if not _DECIMAL.fullmatch(text):
-                raise ValueError(_PARSE_ERROR)
-            negative = text[0] == "-"
-            digits = text.lstrip("-").lstrip("0") or "0"
-            # Refuse, before int(), a number longer than any in range (and Python's digit limit).
-            if below is not None and not negative and len(digits) > len(str(below)):
-                raise ValueError(f"must be below {below}")
-            if minimum is not None and negative and len(digits) > len(str(abs(minimum))) + 1:
-                raise ValueError(f"must be at least {minimum}")
-            try:
-                n = -int(digits) if negative else int(digits)
-            except ValueError:
-                raise ValueError(_OUT_OF_RANGE) from None
-            if minimum is not None and n < minimum:
-                raise ValueError(f"must be at least {minimum}")
-            if below is not None and n >= below:
-                raise ValueError(f"must be below {below}")
-            return n
+            return parse_decimal(text, minimum=minimum, below=below)
 
         shown = None if default == 0 else str(default)
         self._define(_Flag(name, usage, "int", default, parse, "int", shown))

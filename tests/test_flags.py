@@ -15,6 +15,7 @@ from publish.flags import (
     format_duration,
     format_duration_ns,
     go_quote,
+    parse_decimal,
     parse_duration,
     parse_duration_ns,
     parse_go_bool,
@@ -365,6 +366,47 @@ def test_integer_round_trip_keep(n: int) -> None:
         assert fs.value("keep") == n
     else:
         assert usage_error(["-keep", str(n)]) == f'invalid value "{n}" for flag -keep: must be at least 1'
+
+
+@pytest.mark.parametrize(
+    ("text", "minimum", "below", "result"),
+    [
+        ("0", None, None, 0),
+        ("-5", None, None, -5),
+        ("-5", -5, None, -5),
+        ("-6", -5, None, "must be at least -5"),
+        ("-" + "9" * 5000, -5, None, "must be at least -5"),
+        ("12", 12, 13, 12),
+        ("13", 12, 13, "must be below 13"),
+        ("11", 12, 13, "must be at least 12"),
+        ("0012", 12, 13, 12),
+        ("+12", None, None, "parse error"),
+        ("0x1", None, None, "parse error"),
+        ("", 0, 1, "parse error"),
+        ("9" * 5000, None, None, "value out of range"),
+    ],
+)
+def test_parse_decimal(text: str, minimum: int | None, below: int | None, result: int | str) -> None:
+    if isinstance(result, int):
+        assert parse_decimal(text, minimum=minimum, below=below) == result
+    else:
+        with pytest.raises(ValueError) as info:
+            parse_decimal(text, minimum=minimum, below=below)
+        assert str(info.value) == result
+
+
+@given(st.text(alphabet="0123456789-+_x \n١", max_size=8))
+def test_parse_decimal_accepts_exactly_plain_decimal(text: str) -> None:
+    plain = bool(text) and text.lstrip("-") != "" and text.count("-") <= 1 and text.lstrip("-").isascii()
+    plain = plain and text.lstrip("-").isdigit() and (text[0] == "-" or "-" not in text)
+    try:
+        n = parse_decimal(text)
+    except ValueError as e:
+        assert not plain
+        assert str(e) == "parse error"
+    else:
+        assert plain
+        assert n == int(text)
 
 
 # --- Durations ---------------------------------------------------------------------------------------
@@ -745,6 +787,14 @@ def test_usage_lines(define: Any, text: str) -> None:
     fs = FlagSet("x")
     define(fs)
     assert fs.usage() == text
+
+
+def test_duration_default_is_held_as_seconds_float() -> None:
+    fs = FlagSet("x")
+    fs.duration("d", 300, "u")
+    assert fs.value("d") == 300.0
+    assert isinstance(fs.value("d"), float)
+    assert fs.usage() == "  -d duration\n    \tu (default 5m0s)\n"
 
 
 def test_usage_empty() -> None:
