@@ -488,26 +488,28 @@ class Connector:
         return _SockStream(stream.sock, self._left, pending=rest)
 
     def _open(self) -> _Stream:
+        # The trust is found before connecting: a missing one fails without touching the network.
+        ctx = self._target_ctx() if self.scheme == "https" else None
         if self.proxy is None:
             sock = self._connect(self.host, self.port, self.name)
-            if self.scheme == "https":
+            if ctx is not None:
                 try:
-                    sock = self._wrap(sock, self._target_ctx(), self.host, self.name)
+                    sock = self._wrap(sock, ctx, self.host, self.name)
                 except NetError:
                     sock.close()
                     raise
             return _SockStream(sock, self._left)
         who = f"proxy {self.proxy}"
         pscheme, phost, pport = parse_endpoint(self.proxy)
+        proxy_ctx = self._system_ctx() if pscheme == "https" else None
         sock = self._connect(phost, pport, who)
         try:
-            if pscheme == "https":
-                sock = self._wrap(sock, self._system_ctx(), phost, who)
+            if proxy_ctx is not None:
+                sock = self._wrap(sock, proxy_ctx, phost, who)
             stream = _SockStream(sock, self._left)
-            if self.scheme == "http":
+            if ctx is None:
                 return stream
             stream = self._tunnel(stream, who)
-            ctx = self._target_ctx()
             result: list[_TLSStream] = []
             self._handshake(
                 lambda: result.append(_TLSStream(stream, ctx, self.host)), f"{self.name} (via {who})"
