@@ -1,0 +1,299 @@
+"""watch on POSIX roots, as a real process: hf, dcp and snapshot saves, signals, faults, defaults."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from publish import layout
+from tests.conftest import run_cli, spawn
+from tests.test_trainer_state import real_state
+
+
+class Watch:
+    """A running ``publish watch`` whose stdout lines arrive on a queue as they are flushed."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.proc: subprocess.Popen[str] = spawn("watch", *args, env=env, cwd=cwd)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def next_line(self, timeout: float = 20) -> str:
+        line = self.lines.get(timeout=timeout)
+        self.seen.append(line)
+        return line
+
+    def quiet_for(self, seconds: float) -> bool:
+        try:
+            self.seen.append(self.lines.get(timeout=seconds))
+            return False
+        except queue.Empty:
+            return True
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> tuple[int, str]:
+        self.proc.send_signal(sig)
+        return self.finish(timeout)
+
+    def finish(self, timeout: float = 30) -> tuple[int, str]:
+        code = self.proc.wait(timeout=timeout)
+        assert self.proc.stderr is not None
+        err = self.proc.stderr.read()
+        time.sleep(0.05)
+        while not self.lines.empty():
+            self.seen.append(self.lines.get())
+        return code, err
+
+
+def hf_save(saves: Path, step: int, state: bytes | None = None) -> Path:
+    folder = saves / f"checkpoint-{step}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.safetensors").write_bytes(b"w")
+    if state is None:
+        state = real_state(step)
+    (folder / "trainer_state.json").write_bytes(state)
+    return folder
+
+
+def published(root: Path, step: int, folder: str, epoch: int = 0) -> str:
+    return f"published {layout.name(epoch, step, folder)} (epoch {epoch}, step {step}, {root}/{folder})"
+
+
+def started(w: Watch) -> None:
+    """Give the watcher time to start and make its first scan."""
+    time.sleep(0.6)
+
+
+def test_hf_publishes_complete_saves_in_step_order_and_each_once(root: Path) -> None:
+    saves = root / "exec" / "A"
+    hf_save(saves, 20)
+    hf_save(saves, 10)
+    w = Watch(
+        "-checkpoint", str(root), "-framework", "hf", "-interval", "100ms", env={"DISPATCH_ATTEMPT": "A"}
+    )
+    assert w.next_line() == published(root, 10, "exec/A/checkpoint-10")
+    assert w.next_line() == published(root, 20, "exec/A/checkpoint-20")
+    assert w.quiet_for(0.5)  # several scans later, nothing again
+    code, err = w.stop()
+    assert (code, err) == (0, "")
+    assert len(os.listdir(root / "pub")) == 2
+
+
+def test_hf_incomplete_save_is_passed_over_until_complete(root: Path) -> None:
+    saves = root / "exec" / "A"
+    folder = saves / "checkpoint-30"
+    folder.mkdir(parents=True)
+    w = Watch("-checkpoint", str(root), "-framework", "hf", "-interval", "100ms", "-attempt", "A")
+    started(w)
+    data = real_state(30)
+    (folder / "trainer_state.json").write_bytes(b"")  # created, nothing written yet
+    assert w.quiet_for(0.4)
+    (folder / "trainer_state.json").write_bytes(data[: len(data) // 2])  # cut inside
+    assert w.quiet_for(0.4)
+    (folder / "trainer_state.json").write_bytes(data)
+    assert w.next_line() == published(root, 30, "exec/A/checkpoint-30")
+    assert w.stop()[0] == 0
+
+
+@pytest.mark.parametrize(
+    "state, why",
+    [
+        (b'{"global_step": 40,}', "does not parse"),
+        (b'{"global_step": 40} {}', "does not parse"),
+        (b'{"best_metric": null}', "no global_step"),
+        (b"[40]", "no global_step"),
+        (b'{"global_step": 41}', "disagrees"),
+        (b'{"global_step": "40"}', "not an integer"),
+        (b'{"global_step": true}', "not an integer"),
+    ],
+)
+def test_hf_faulty_trainer_state_stops_watch(root: Path, state: bytes, why: str) -> None:
+    hf_save(root / "exec" / "A", 40, state)
+    w = Watch("-checkpoint", str(root), "-framework", "hf", "-interval", "100ms", "-attempt", "A")
+    code, err = w.finish()
+    assert code == 1
+    assert err.startswith(f"publish: {root}/exec/A/checkpoint-40/trainer_state.json: ")
+    assert why in err
+    assert not (root / "pub").exists()
+
+
+def test_dcp_publishes_when_metadata_appears(root: Path) -> None:
+    saves = root / "exec" / "7"
+    for name in ("step-100", "iter_0000200", "300", "logs", "latest", "step-x"):
+        (saves / name).mkdir(parents=True)
+    (saves / "step-100" / ".metadata").write_bytes(b"m")
+    w = Watch(
+        "-checkpoint", str(root), "-framework", "dcp", "-interval", "100ms", env={"DISPATCH_ATTEMPT": "7"}
+    )
+    assert w.next_line() == published(root, 100, "exec/7/step-100")
+    assert w.quiet_for(0.4)
+    (saves / "300" / ".metadata").write_bytes(b"m")
+    (saves / "iter_0000200" / ".metadata").write_bytes(b"m")
+    assert w.next_line() == published(root, 200, "exec/7/iter_0000200")
+    assert w.next_line() == published(root, 300, "exec/7/300")
+    assert w.stop()[0] == 0
+
+
+def snapshot_dir(saves: Path, step: int, good: bool = True) -> Path:
+    """A snapshot directory in the library's documented format, written here by hand."""
+    ident = uuid.uuid4().hex
+    folder = saves / f"step_{step:012d}_{ident}"
+    folder.mkdir(parents=True)
+    payload = b"payload"
+    (folder / "checkpoint.pt").write_bytes(payload)
+    manifest = json.dumps(
+        {
+            "bytes": len(payload),
+            "created_ns": time.time_ns(),
+            "file": "checkpoint.pt",
+            "format": "pear15.cloud_checkpoint.v1",
+            "id": ident,
+            "sha256": hashlib.sha256(payload).hexdigest(),
+            "step": step,
+        },
+        sort_keys=True,
+        allow_nan=False,
+    ).encode()
+    (folder / "manifest.json").write_bytes(manifest)
+    digest = hashlib.sha256(manifest if good else manifest + b" ").hexdigest()
+    (folder / "READY").write_bytes(f"pear15.cloud_checkpoint.v1\n{digest}\n".encode())
+    return folder
+
+
+def test_snapshot_publishes_directories_whose_ready_matches(root: Path) -> None:
+    saves = root / "exec" / "A"
+    good = snapshot_dir(saves, 5)
+    snapshot_dir(saves, 9, good=False)
+    (saves / f"step_{3:012d}_{uuid.uuid4().hex}").mkdir()  # no READY yet
+    w = Watch("-checkpoint", str(root), "-framework", "snapshot", "-interval", "100ms", "-attempt", "A")
+    assert w.next_line() == published(root, 5, f"exec/A/{good.name}")
+    assert w.quiet_for(0.4)
+    assert w.stop()[0] == 0
+    assert run_cli("resolve", "-checkpoint", str(root)).out == f"{good}\n"
+
+
+def test_sigterm_runs_a_last_scan(root: Path) -> None:
+    w = Watch("-checkpoint", str(root), "-framework", "hf", "-interval", "1h", "-attempt", "A")
+    started(w)
+    hf_save(root / "exec" / "A", 50)
+    code, err = w.stop(signal.SIGTERM)
+    assert (code, err) == (0, "")
+    assert w.seen == [published(root, 50, "exec/A/checkpoint-50")]
+
+
+def test_sigint_runs_a_last_scan(root: Path) -> None:
+    w = Watch("-checkpoint", str(root), "-framework", "dcp", "-interval", "1h", "-attempt", "A")
+    started(w)
+    (root / "exec" / "A" / "step-1").mkdir(parents=True)
+    (root / "exec" / "A" / "step-1" / ".metadata").write_bytes(b"")
+    code, err = w.stop(signal.SIGINT)
+    assert (code, err) == (0, "")
+    assert w.seen == [published(root, 1, "exec/A/step-1")]
+
+
+def test_timeout_bounds_the_last_scan(root: Path) -> None:
+    w = Watch(
+        "-checkpoint", str(root), "-framework", "hf", "-interval", "1h", "-attempt", "A", "-timeout", "1s"
+    )
+    started(w)
+    folder = root / "exec" / "A" / "checkpoint-60"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "trainer_state.json")  # opening it blocks, like a hung filesystem
+    t0 = time.monotonic()
+    code, err = w.stop()
+    assert code == 1 and "did not finish within -timeout" in err
+    assert time.monotonic() - t0 < 20
+
+
+def test_saves_folder_may_not_exist_yet(root: Path) -> None:
+    w = Watch("-checkpoint", str(root), "-framework", "hf", "-interval", "100ms", "-attempt", "B")
+    assert w.quiet_for(0.5)
+    hf_save(root / "exec" / "B", 1)
+    assert w.next_line() == published(root, 1, "exec/B/checkpoint-1")
+    assert w.stop() == (0, "")
+
+
+def test_saves_argument_relative_and_epoch_from_environment(root: Path) -> None:
+    hf_save(root / "runs" / "x", 2)
+    w = Watch(
+        "-checkpoint",
+        str(root),
+        "-framework",
+        "hf",
+        "-interval",
+        "100ms",
+        "runs/x",
+        env={"DISPATCH_EPOCH": "3"},
+        cwd=root,
+    )
+    assert w.next_line() == published(root, 2, "runs/x/checkpoint-2", epoch=3)
+    assert w.stop()[0] == 0
+
+
+def test_restarted_watch_does_not_publish_again(root: Path) -> None:
+    hf_save(root / "exec" / "A", 1)
+    name = layout.name(0, 1, "exec/A/checkpoint-1")
+    assert run_cli("publish", "-checkpoint", str(root), str(root / "exec/A/checkpoint-1"), "1").code == 0
+    before = os.stat(root / "pub" / name).st_mtime_ns
+    w = Watch("-checkpoint", str(root), "-framework", "hf", "-interval", "100ms", "-attempt", "A")
+    assert w.quiet_for(0.6)
+    code, err = w.stop()
+    assert code == 0 and err.count("already published") == 1
+    assert os.stat(root / "pub" / name).st_mtime_ns == before
+
+
+def test_saves_outside_root_exits_1(root: Path, tmp_path: Path) -> None:
+    r = run_cli("watch", "-checkpoint", str(root), "-framework", "hf", str(tmp_path))
+    assert r.code == 1 and "not under the root" in r.err
+
+
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (["-attempt", "A"], {}, "-framework is required"),
+        (["-framework", "tf", "-attempt", "A"], {}, 'invalid value "tf" for flag -framework'),
+        (["-framework", "hf"], {}, "no SAVES argument and no attempt"),
+        (["-framework", "hf"], {"DISPATCH_ATTEMPT": ""}, "no SAVES argument and no attempt"),
+        (["-framework", "hf", "-attempt="], {"DISPATCH_ATTEMPT": "A"}, "-attempt is empty"),
+        (["-framework", "hf", "-attempt", "a/b"], {}, "not one path element"),
+        (["-framework", "hf", "-attempt", ".."], {}, "not one path element"),
+        (["-framework", "hf"], {"DISPATCH_ATTEMPT": "."}, "not one path element"),
+        (["-framework", "hf", "-attempt", "A", "-interval", "0s"], {}, "must be positive"),
+        (["-framework", "hf", "-attempt", "A", "x", "y"], {}, "unexpected argument 'y'"),
+    ],
+)
+def test_watch_usage_errors(root: Path, args: list[str], env: dict[str, str], message: str) -> None:
+    r = run_cli("watch", "-checkpoint", str(root), *args, env=env)
+    assert r.code == 2 and message in r.err and "usage: publish watch" in r.err
+
+
+def test_attempt_flag_wins_over_environment(root: Path) -> None:
+    hf_save(root / "exec" / "F", 4)
+    w = Watch(
+        "-checkpoint",
+        str(root),
+        "-framework",
+        "hf",
+        "-interval",
+        "100ms",
+        "-attempt",
+        "F",
+        env={"DISPATCH_ATTEMPT": "E"},
+    )
+    assert w.next_line() == published(root, 4, "exec/F/checkpoint-4")
+    assert w.stop()[0] == 0
