@@ -379,6 +379,24 @@ def test_unreachable_proxy_does_not_answer(tmp_path: Path) -> None:
     assert "proxy http://127.0.0.1:" in not_answering(s)
 
 
+def test_server_that_never_answers_is_refused_at_the_deadline(tmp_path: Path) -> None:
+    """Connected but silent: not "cannot be reached", so the source is refused rather than passed over."""
+    import socket
+    import time
+
+    (tmp_path / "role_id").write_text("a")
+    (tmp_path / "secret_id").write_text("b")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)  # the kernel completes the handshake; nobody ever reads or answers
+        port = listener.getsockname()[1]
+        s = vault(f"http://127.0.0.1:{port}/s?auth=approle&approle={tmp_path}")
+        start = time.monotonic()
+        with pytest.raises(CredentialsError, match="no response within the time left"):
+            s.fetch({}, 0.5)
+        assert time.monotonic() - start < 5
+
+
 # ------------------------------------------------------------------------------- real OpenBao
 
 
@@ -558,6 +576,7 @@ def test_tls_with_ca(bao_tls: Bao, tmp_path: Path, recording_proxy: RecordingPro
 def test_tls_without_ca_or_with_wrong_ca_refused(bao_tls: Bao, tmp_path: Path) -> None:
     import trustme
 
+    bao_tls.write_kv("team/s3", GOOD)
     bao_tls.make_approle(tmp_path / "a")
     # The system trust does not hold the test CA; SSL_CERT_FILE is read from env, not from os.environ.
     message = refused(
@@ -568,6 +587,8 @@ def test_tls_without_ca_or_with_wrong_ca_refused(bao_tls: Bao, tmp_path: Path) -
     trustme.CA().cert_pem.write_to_path(str(wrong))
     message = refused(approle_source(bao_tls, tmp_path / "a", extra=f"&ca={wrong}"))
     assert "certificate" in message
+    # Without ca=, the system trust is used, found from SSL_CERT_FILE in the environment given.
+    assert approle_source(bao_tls, tmp_path / "a", path="team/s3").fetch({"SSL_CERT_FILE": bao_tls.ca}, 20)
     # ca= replaces the system trust: even SSL_CERT_FILE naming the right CA does not help a wrong ca=.
     refused(approle_source(bao_tls, tmp_path / "a", extra=f"&ca={wrong}"), {"SSL_CERT_FILE": bao_tls.ca})
 

@@ -30,6 +30,7 @@ KEYS = ("auth", "role", "approle", "jwt", "authmount", "mount", "kv", "namespace
 _ONLY_FOR = {"role": "kubernetes", "jwt": "kubernetes", "approle": "approle"}
 MAX_FILE = 64 * 1024  # a service-account token, role_id or secret_id is far smaller
 MAX_BODY = 1024 * 1024
+DEFAULT_TIMEOUT = 60.0  # when the caller gives no deadline: nothing waits forever
 REVOKE_TIMEOUT = 5.0  # revoking is best effort: never let it hold the run up for long
 
 
@@ -306,7 +307,7 @@ class VaultSource:
 
     def _fetch(self, env: Mapping[str, str], timeout: float | None, secrets: list[str]) -> Credentials:
         loc = self.location
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = time.monotonic() + (DEFAULT_TIMEOUT if timeout is None else timeout)
         try:
             check_vault_env(env)
         except ValueError as e:
@@ -322,8 +323,8 @@ class VaultSource:
 
         from publish import net
 
-        def left() -> float | None:
-            return None if deadline is None else max(0.0, deadline - time.monotonic())
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
 
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if loc.namespace:
@@ -411,7 +412,7 @@ class VaultSource:
         try:
             return conn.request(method, target, headers, body, timeout=left, limit=MAX_BODY)
         except net.Unreachable as e:
-            raise NotAnswering(f"cannot reach {_server(self.location)}: {e}") from None
+            raise NotAnswering(str(e)) from None  # names the server or the proxy that does not answer
         except net.NetError as e:
             raise self._refuse(str(e)) from None
 
