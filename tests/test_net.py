@@ -459,3 +459,10 @@ def test_environment_proxies_are_ignored(
     assert net.Connector(server.url, env=env).request("GET", "/echo", {}, timeout=5).status == 200
     assert net.Connector(tls_server.url, env=env).request("GET", "/echo", {}, timeout=5).status == 200
     assert server.connections == 1 and tls_server.connections == 1
+
+
+def test_no_time_left_and_no_deadline(server: Server) -> None:
+    with pytest.raises(net.TimedOut):
+        net.Connector(server.url).request("GET", "/echo", {}, timeout=0)
+    assert server.connections == 0
+    assert net.Connector(server.url).request("GET", "/echo", {}, timeout=None).status == 200

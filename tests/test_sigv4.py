@@ -16,9 +16,21 @@ from hypothesis import strategies as st
 from publish import sigv4
 from publish.creds.model import Credentials
 
-SUITE = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "sigv4" / "aws-sig-v4-test-suite.json"
-if not SUITE.exists():  # the work tree may sit elsewhere; the shared test data has one home
-    SUITE = Path("/work/shared/testdata/sigv4/aws-sig-v4-test-suite.json")
+_HERE = Path(__file__).resolve().parent
+_NAME = Path("sigv4") / "aws-sig-v4-test-suite.json"
+# The suite's JSON lives in the repository's test data, or beside the work tree in shared/testdata.
+SUITE = next(
+    (
+        p
+        for p in (
+            _HERE / "data" / _NAME,
+            _HERE.parent / "testdata" / _NAME,
+            _HERE.parents[1] / "shared" / "testdata" / _NAME,
+        )
+        if p.exists()
+    ),
+    _HERE / "data" / _NAME,
+)
 
 
 def _suite() -> dict[str, Any]:
