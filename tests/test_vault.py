@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from publish.creds.sources import NotAnswering, parse_sources, resolve
 from publish.creds.vault import DEFAULT_JWT, Location, VaultSource, parse_location, redact
@@ -602,3 +604,35 @@ def test_proxy_refusing_the_tunnel_refused(
     proxy = "&proxy=" + recording_proxy.url.replace(":", "%3A").replace("/", "%2F")
     message = refused(approle_source(bao_tls, tmp_path / "a", extra=f"&ca={bao_tls.ca}{proxy}"))
     assert f"proxy {recording_proxy.url}" in message and "403" in message
+
+
+# ------------------------------------------------------------------------------------ properties
+
+_URLISH = st.text(alphabet="abv:/?&=%;#@[]. 0123456789AFaf+-_~\n\x00é", max_size=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_URLISH)
+def test_any_location_parses_or_is_refused(tail: str) -> None:
+    """Whatever follows vault:, parsing gives a source or a CredentialsError naming it, nothing else."""
+    try:
+        parse_sources("vault:https://" + tail)
+    except CredentialsError as e:
+        assert str(e).startswith("credentials: vault:https://")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet="abcdefXYZ0123456789-_.!~*'()$", min_size=1, max_size=12),
+    _URLISH,
+    st.booleans(),
+)
+def test_no_message_echoes_a_userinfo_password(password: str, tail: str, in_proxy: bool) -> None:
+    secret = "pw" + password + "PW"
+    if in_proxy:
+        location = f"https://v/s?auth=kubernetes&role=r&proxy=http%3A%2F%2Fu%3A{secret}%40p%3A3128{tail}"
+    else:
+        location = f"https://u:{secret}@v/{tail}"
+    with pytest.raises(CredentialsError) as e:
+        parse_sources("vault:" + location)
+    assert secret not in str(e.value)
