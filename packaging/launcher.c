@@ -1,0 +1,424 @@
+/*
+ * The first code that runs when `publish` starts, linked statically so that it needs nothing from the node
+ * but the kernel.
+ *
+ * A frozen tree (the PyInstaller or Nuitka folder plus the dynamic loader and C library it was built with)
+ * is run as   ROOT/ld-publish.so.1 --inhibit-cache --library-path ROOT/_internal ROOT/publish ARGS...
+ * so no library of the node is used: not its loader, not its libc, not its ld.so.cache.
+ *
+ * Two forms:
+ *   folder:   no payload; ROOT is ../libexec/publish next to this file (links resolved).
+ *   one file: the tree is appended to this file (LZ4 blocks, an index and a trailer). It is unpacked into
+ *             a private directory on the first candidate filesystem that is writable and allows executables
+ *             ($TMPDIR, /tmp, /dev/shm, $XDG_RUNTIME_DIR, /var/tmp, the binary's folder, $HOME), so a noexec
+ *             /tmp is passed over. Each start has its own directory: concurrent starts share nothing.
+ *
+ * In both forms the loader is exec'd in place: the process keeps its pid, receives its signals directly and
+ * its exit status is the program's. The one-file form removes its directory through a small detached process
+ * that waits for the end of a pipe held only by the program: when the program exits, however it exits, the
+ * pipe closes and the directory is removed.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAGIC "PUBLSHX1"
+#define TRAILER_SIZE 32 /* magic[8], index offset u64, index length u64, entry count u64 */
+#define ENTRY_HEAD 36   /* kind u8, pad[3], mode u32, offset u64, packed u64, size u64, path length u32 */
+#define KIND_DIR 0
+#define KIND_FILE 1
+#define KIND_LINK 2
+#define HOLD_FD 1021 /* the program's end of the cleanup pipe: high, out of the way of its own files */
+
+extern char **environ;
+
+static void say(const char *fmt, const char *a, const char *b) {
+    char msg[PATH_MAX * 2 + 256];
+    int n = snprintf(msg, sizeof msg, fmt, a, b);
+    if (n > 0) {
+        if ((size_t)n >= sizeof msg) n = sizeof msg - 1;
+        ssize_t w = write(2, msg, (size_t)n);
+        (void)w;
+    }
+}
+
+static uint64_t get64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static uint32_t get32(const unsigned char *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* The LZ4 block format: literals and back-references, nothing else. Returns 0 when exactly dlen bytes came out. */
+static int lz4_decode(const unsigned char *src, size_t slen, unsigned char *dst, size_t dlen) {
+    const unsigned char *ip = src, *iend = src + slen;
+    unsigned char *op = dst, *oend = dst + dlen;
+    while (ip < iend) {
+        unsigned token = *ip++;
+        size_t lit = token >> 4;
+        if (lit == 15) {
+            unsigned b;
+            do {
+                if (ip >= iend) return -1;
+                b = *ip++;
+                lit += b;
+            } while (b == 255);
+        }
+        if ((size_t)(iend - ip) < lit || (size_t)(oend - op) < lit) return -1;
+        memcpy(op, ip, lit);
+        ip += lit;
+        op += lit;
+        if (ip == iend) break; /* the last sequence holds literals only */
+        if (iend - ip < 2) return -1;
+        size_t off = (size_t)ip[0] | ((size_t)ip[1] << 8);
+        ip += 2;
+        if (off == 0 || off > (size_t)(op - dst)) return -1;
+        size_t ml = token & 15;
+        if (ml == 15) {
+            unsigned b;
+            do {
+                if (ip >= iend) return -1;
+                b = *ip++;
+                ml += b;
+            } while (b == 255);
+        }
+        ml += 4;
+        if ((size_t)(oend - op) < ml) return -1;
+        const unsigned char *m = op - off;
+        if (off >= ml) {
+            memcpy(op, m, ml);
+            op += ml;
+        } else {
+            while (ml--) *op++ = *m++;
+        }
+    }
+    return op == oend ? 0 : -1;
+}
+
+/* rm -rf of a tree this launcher made: files, links and folders only. */
+static void remove_tree(int parent, const char *name) {
+    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        DIR *d = fdopendir(fd);
+        if (d) {
+            struct dirent *e;
+            while ((e = readdir(d)) != NULL) {
+                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+                if (unlinkat(dirfd(d), e->d_name, 0) != 0 && (errno == EISDIR || errno == EPERM))
+                    remove_tree(dirfd(d), e->d_name);
+            }
+            closedir(d);
+        } else {
+            close(fd);
+        }
+    }
+    unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+static int write_file(int dirfd, const char *path, unsigned mode, const unsigned char *data, uint64_t packed,
+                      uint64_t size) {
+    int fd = openat(dirfd, path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode & 0777);
+    if (fd < 0) return -1;
+    int rc = 0;
+    if (size > 0) {
+        if (ftruncate(fd, (off_t)size) != 0) {
+            rc = -1;
+        } else if (packed == size) {
+            size_t done = 0;
+            while (done < size) {
+                ssize_t w = write(fd, data + done, size - done);
+                if (w <= 0) {
+                    rc = -1;
+                    break;
+                }
+                done += (size_t)w;
+            }
+        } else {
+            /* ftruncate does not reserve blocks: a full filesystem shows up as SIGBUS on a mapping, so
+               the blocks are claimed first where the filesystem can say no. */
+            int e = posix_fallocate(fd, 0, (off_t)size);
+            if (e != 0 && e != EOPNOTSUPP && e != EINVAL) {
+                close(fd);
+                errno = e;
+                return -1;
+            }
+            void *out = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (out == MAP_FAILED) {
+                rc = -1;
+            } else {
+                if (lz4_decode(data, packed, out, size) != 0) {
+                    errno = EILSEQ;
+                    rc = -1;
+                }
+                munmap(out, size);
+            }
+        }
+    }
+    if (close(fd) != 0) rc = -1;
+    return rc;
+}
+
+/* Unpack the index's entries below dirfd. */
+static int unpack(int dirfd, const unsigned char *base, uint64_t file_size, const unsigned char *idx,
+                  uint64_t idx_len, uint64_t count) {
+    const unsigned char *p = idx, *end = idx + idx_len;
+    char path[PATH_MAX];
+    for (uint64_t i = 0; i < count; i++) {
+        if (end - p < ENTRY_HEAD) goto bad;
+        unsigned kind = p[0];
+        unsigned mode = get32(p + 4);
+        uint64_t off = get64(p + 8), packed = get64(p + 16), size = get64(p + 24);
+        uint32_t plen = get32(p + 32);
+        p += ENTRY_HEAD;
+        if (plen == 0 || plen >= sizeof path || (uint64_t)(end - p) < plen) goto bad;
+        if (off > file_size || packed > file_size - off) goto bad;
+        memcpy(path, p, plen);
+        path[plen] = 0;
+        p += plen;
+        if (path[0] == '/' || strstr(path, "..")) goto bad;
+        if (kind == KIND_DIR) {
+            if (mkdirat(dirfd, path, 0700) != 0) return -1;
+        } else if (kind == KIND_FILE) {
+            if (write_file(dirfd, path, mode, base + off, packed, size) != 0) return -1;
+        } else if (kind == KIND_LINK) {
+            char target[PATH_MAX];
+            if (packed >= sizeof target) goto bad;
+            memcpy(target, base + off, packed);
+            target[packed] = 0;
+            if (symlinkat(target, dirfd, path) != 0) return -1;
+        } else {
+            goto bad;
+        }
+    }
+    return 0;
+bad:
+    errno = EILSEQ;
+    return -1;
+}
+
+/* Start the process that removes dir once the write end of the returned pipe is closed everywhere. */
+static int start_cleaner(const char *dir) {
+    int p[2];
+    if (pipe(p) != 0) return -1;
+    pid_t a = fork();
+    if (a < 0) {
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    if (a == 0) {
+        close(p[1]);
+        pid_t b = fork();
+        if (b != 0) _exit(0);
+        /* Detached: its own session (no terminal signals), no stdio (a $(publish ...) does not wait for it),
+           and deaf to the signals a batch system sends a job, so it outlives the program and cleans up. */
+        setsid();
+        int sigs[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGPIPE, SIGUSR1, SIGUSR2, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU};
+        for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], SIG_IGN);
+        if (chdir("/") != 0) { /* keep going: cwd only pins a mount */
+        }
+        if (p[0] != 0) {
+            dup2(p[0], 0);
+            close(p[0]);
+        }
+#ifdef SYS_close_range
+        if (syscall(SYS_close_range, 1U, ~0U, 0U) != 0)
+#endif
+        {
+            for (int fd = 1; fd < 1024; fd++) close(fd);
+        }
+        char buf[64];
+        for (;;) {
+            ssize_t r = read(0, buf, sizeof buf);
+            if (r > 0 || (r < 0 && errno == EINTR)) continue;
+            break;
+        }
+        /* the read returned 0 (all writers gone) or failed: either way the program is finished */
+        remove_tree(AT_FDCWD, dir);
+        _exit(0);
+    }
+    close(p[0]);
+    while (waitpid(a, NULL, 0) < 0 && errno == EINTR) {
+    }
+    if (p[1] != HOLD_FD) {
+        if (dup2(p[1], HOLD_FD) < 0) {
+            close(p[1]);
+            return -1;
+        }
+        close(p[1]);
+    }
+    return HOLD_FD;
+}
+
+/* The environment for the program: the caller's, less LD_PRELOAD (a node library must not be mapped into a
+   process that runs on another C library). */
+static char **program_env(void) {
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = calloc(n + 1, sizeof *env);
+    if (!env) return environ;
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0) env[j++] = environ[i];
+    env[j] = NULL;
+    return env;
+}
+
+/* exec ROOT/ld-publish.so.1 on ROOT/publish in place; returns only on failure. */
+static void run_tree(const char *root, int argc, char **argv) {
+    static char loader[PATH_MAX], libs[PATH_MAX], prog[PATH_MAX];
+    snprintf(loader, sizeof loader, "%s/ld-publish.so.1", root);
+    snprintf(libs, sizeof libs, "%s/_internal", root);
+    snprintf(prog, sizeof prog, "%s/publish", root);
+    char **args = calloc((size_t)argc + 6, sizeof *args);
+    if (!args) return;
+    int k = 0;
+    args[k++] = loader;
+    args[k++] = "--inhibit-cache";
+    args[k++] = "--library-path";
+    args[k++] = libs;
+    args[k++] = prog;
+    for (int i = 1; i < argc; i++) args[k++] = argv[i];
+    args[k] = NULL;
+    execve(loader, args, program_env());
+    free(args);
+}
+
+static int usable_base(const char *dir) {
+    struct statvfs vfs;
+    struct stat st;
+    if (!dir || dir[0] != '/') return 0;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+    if (statvfs(dir, &vfs) != 0) return 0;
+    if (vfs.f_flag & (ST_NOEXEC | ST_RDONLY)) return 0;
+    return access(dir, W_OK | X_OK) == 0;
+}
+
+static int run_one_file(int self, int argc, char **argv) {
+    struct stat st;
+    if (fstat(self, &st) != 0 || st.st_size < TRAILER_SIZE) return -1;
+    uint64_t size = (uint64_t)st.st_size;
+    const unsigned char *base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, self, 0);
+    if (base == MAP_FAILED) return -1;
+    const unsigned char *t = base + size - TRAILER_SIZE;
+    if (memcmp(t, MAGIC, 8) != 0) {
+        munmap((void *)base, size);
+        return 1; /* no payload: the folder form */
+    }
+    uint64_t idx_off = get64(t + 8), idx_len = get64(t + 16), count = get64(t + 24);
+    if (idx_off > size || idx_len > size - idx_off) {
+        say("publish: %s%s: the archive appended to this executable is damaged\n", "", "");
+        exit(1);
+    }
+
+    char self_dir[PATH_MAX] = "";
+    ssize_t n = readlink("/proc/self/exe", self_dir, sizeof self_dir - 1);
+    if (n > 0) {
+        self_dir[n] = 0;
+        char *slash = strrchr(self_dir, '/');
+        if (slash) *slash = 0;
+    }
+    char home_cache[PATH_MAX] = "";
+    const char *home = getenv("HOME");
+    if (home && home[0] == '/') snprintf(home_cache, sizeof home_cache, "%s", home);
+    const char *candidates[] = {getenv("TMPDIR"), "/tmp", "/dev/shm", getenv("XDG_RUNTIME_DIR"), "/var/tmp",
+                                self_dir[0] ? self_dir : NULL, home_cache[0] ? home_cache : NULL};
+    const size_t ncand = sizeof candidates / sizeof candidates[0];
+    int last_errno = 0;
+    for (size_t c = 0; c < ncand; c++) {
+        const char *b = candidates[c];
+        int seen = 0;
+        for (size_t d = 0; d < c; d++)
+            if (candidates[d] && b && !strcmp(candidates[d], b)) seen = 1;
+        if (seen || !usable_base(b)) continue;
+        char dir[PATH_MAX];
+        if ((size_t)snprintf(dir, sizeof dir, "%s/.publish-XXXXXX", b) >= sizeof dir) continue;
+        if (!mkdtemp(dir)) {
+            last_errno = errno;
+            continue;
+        }
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0 || unpack(dfd, base, size, base + idx_off, idx_len, count) != 0) {
+            last_errno = errno;
+            if (dfd >= 0) close(dfd);
+            remove_tree(AT_FDCWD, dir);
+            if (last_errno == EILSEQ) {
+                say("publish: %s%s: the archive appended to this executable is damaged\n", "", "");
+                exit(1);
+            }
+            continue;
+        }
+        close(dfd);
+        int hold = start_cleaner(dir);
+        if (hold < 0) {
+            last_errno = errno;
+            remove_tree(AT_FDCWD, dir);
+            continue;
+        }
+        close(self);
+        munmap((void *)base, size);
+        run_tree(dir, argc, argv);
+        /* exec refused here (a security module, a mount option statvfs does not show): try the next place */
+        last_errno = errno;
+        remove_tree(AT_FDCWD, dir);
+        close(hold);
+        self = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+        if (self < 0) break;
+        base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, self, 0);
+        if (base == MAP_FAILED) break;
+    }
+    say("publish: no writable directory that allows executables to unpack into "
+        "(tried $TMPDIR, /tmp, /dev/shm, $XDG_RUNTIME_DIR, /var/tmp, %s, $HOME): %s\n",
+        self_dir[0] ? self_dir : "the executable's folder", last_errno ? strerror(last_errno) : "none usable");
+    exit(1);
+}
+
+int main(int argc, char **argv) {
+    int self = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    if (self < 0 && argv[0] && strchr(argv[0], '/')) self = open(argv[0], O_RDONLY | O_CLOEXEC);
+    if (self < 0) {
+        say("publish: cannot open its own executable (is /proc mounted?): %s%s\n", strerror(errno), "");
+        return 1;
+    }
+    int r = run_one_file(self, argc, argv);
+    if (r < 0) {
+        say("publish: cannot read its own executable: %s%s\n", strerror(errno), "");
+        return 1;
+    }
+    close(self);
+    /* the folder form: ../libexec/publish next to the real location of this file */
+    char root[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", root, sizeof root - 1);
+    if (n <= 0) {
+        say("publish: cannot find its own location (is /proc mounted?): %s%s\n", strerror(errno), "");
+        return 1;
+    }
+    root[n] = 0;
+    char *slash = strrchr(root, '/');
+    if (slash) *slash = 0;
+    slash = strrchr(root, '/');
+    if (slash) *slash = 0;
+    size_t len = strlen(root);
+    if (len + sizeof "/libexec/publish" > sizeof root) return 1;
+    memcpy(root + len, "/libexec/publish", sizeof "/libexec/publish");
+    run_tree(root, argc, argv);
+    say("publish: cannot start %s/ld-publish.so.1: %s\n", root, strerror(errno));
+    return 1;
+}
