@@ -333,7 +333,7 @@ static int run_one_file(int self, int argc, char **argv) {
     if (n > 0) {
         self_dir[n] = 0;
         char *slash = strrchr(self_dir, '/');
-        if (slash) *slash = 0;
+        if (slash) slash[slash == self_dir ? 1 : 0] = 0; /* "/publish" -> "/" */
     }
     char home_cache[PATH_MAX] = "";
     const char *home = getenv("HOME");

@@ -1,0 +1,595 @@
+"""The frozen executable (dist/publish, dist/publish-folder): what a compute node gives it, and what it leaves.
+
+CI runs ./build first; these tests use its output and fail under CI=true when it is missing. The chroot, mount
+and page-cache parts need root (CI runs as root).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import publish
+from publish import layout
+from tests.servers import Moto, moto_s3  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.binary
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = REPO / "dist" / "publish"
+FOLDER = REPO / "dist" / "publish-folder"
+VERSION_LINE = f"publish {publish.__version__}\n"
+ON_CI = os.environ.get("CI") == "true"
+
+
+def unavailable(why: str) -> None:
+    if ON_CI:
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    if not os.access(BIN, os.X_OK) or not (FOLDER / "bin" / "publish").exists():
+        unavailable("dist/publish is missing: run ./build first")
+    return BIN
+
+
+@pytest.fixture
+def as_root() -> None:
+    if os.geteuid() != 0:
+        unavailable("needs root (chroot, mount)")
+
+
+def mount(*args: str) -> None:
+    subprocess.run(["mount", *args], check=True, capture_output=True)
+
+
+def umount(path: Path) -> None:
+    subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def leftovers(*dirs: Path) -> set[str]:
+    """The unpack directories of the one-file form found in dirs."""
+    found = set()
+    for d in dirs:
+        if d.is_dir():
+            found |= {str(d / n) for n in os.listdir(d) if n.startswith(".publish-")}
+    return found
+
+
+def wait_gone(paths: set[str], limit: float = 10) -> set[str]:
+    """The paths still there after up to `limit` seconds (the cleaner runs just after the program exits)."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        paths = {p for p in paths if os.path.lexists(p)}
+        if not paths:
+            break
+        time.sleep(0.02)
+    return paths
+
+
+def env_for(tmpdir: Path | str | None = None, **extra: str) -> dict[str, str]:
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
+    env.update(extra)
+    return env
+
+
+def publish_entry(root: Path, save: str, step: int, epoch: int = 0) -> None:
+    (root / save).mkdir(parents=True, exist_ok=True)
+    (root / "pub").mkdir(parents=True, exist_ok=True)
+    (root / "pub" / layout.name(epoch, step, save)).write_bytes(b"")
+
+
+class Chroot:
+    """A directory holding only the one-file binary, /proc (mounted) and /tmp: nothing else of a system."""
+
+    def __init__(self, base: Path) -> None:
+        self.dir = base / "jail"
+        self.dir.mkdir()
+        shutil.copy2(BIN, self.dir / "publish")
+        for sub in ("proc", "tmp"):
+            (self.dir / sub).mkdir()
+        os.chmod(self.dir / "tmp", 0o1777)
+        self.mounts: list[Path] = []
+        mount("-t", "proc", "proc", str(self.dir / "proc"))
+        self.mounts.append(self.dir / "proc")
+
+    def mount_tmpfs(self, sub: str, *options: str) -> Path:
+        target = self.dir / sub
+        target.mkdir(parents=True, exist_ok=True)
+        mount("-t", "tmpfs", "-o", ",".join(("mode=1777", *options)), "tmpfs", str(target))
+        self.mounts.append(target)
+        return target
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        def enter() -> None:
+            os.chroot(self.dir)
+            os.chdir("/")
+
+        return subprocess.run(
+            ["/publish", *args],
+            env=env if env is not None else {"TMPDIR": "/tmp"},
+            preexec_fn=enter,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def close(self) -> None:
+        for m in reversed(self.mounts):
+            umount(m)
+
+
+@pytest.fixture
+def jail(binary: Path, as_root: None, tmp_path: Path) -> Iterator[Chroot]:
+    c = Chroot(tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+# --- the files ----------------------------------------------------------------------------------------------
+
+
+def test_one_file_is_a_static_executable(binary: Path) -> None:
+    """No PT_INTERP: the kernel runs it without any loader from the node."""
+    data = binary.read_bytes()[:4096]
+    assert data[:4] == b"\x7fELF" and data[4] == 2  # ELF64
+    phoff, phentsize, phnum = struct.unpack_from("<Q", data, 32)[0], *struct.unpack_from("<HH", data, 54)
+    types = [struct.unpack_from("<I", data, phoff + i * phentsize)[0] for i in range(phnum)]
+    assert 3 not in types  # PT_INTERP
+    assert 2 not in types  # PT_DYNAMIC
+
+
+def test_one_file_size_target(binary: Path) -> None:
+    assert binary.stat().st_size <= 12 * 1024 * 1024
+
+
+def frozen_modules() -> set[str]:
+    pythons = glob.glob(str(REPO / "build-work" / "venv-*" / "bin" / "python"))
+    exe = REPO / "build-work" / "pyinstaller" / "root" / "publish"
+    if not pythons or not exe.exists():
+        unavailable("build-work/ from a PyInstaller ./build is missing")
+    code = (
+        "import sys\nfrom PyInstaller.archive.readers import CArchiveReader\n"
+        "pyz = CArchiveReader(sys.argv[1]).open_embedded_archive('PYZ.pyz')\n"
+        "print('\\n'.join(pyz.toc))\n"
+    )
+    out = subprocess.run(
+        [pythons[0], "-c", code, str(exe)], capture_output=True, text=True, check=True
+    ).stdout
+    return set(out.split())
+
+
+def test_lazily_imported_modules_are_frozen(binary: Path) -> None:
+    """The S3 and Vault code imports these inside functions; the analysis must not have missed them."""
+    modules = frozen_modules()
+    wanted = {
+        "ssl", "http.client", "xml.etree.ElementTree", "email.parser", "email.message", "hashlib", "hmac",
+        "secrets", "signal", "threading", "json", "base64", "urllib.parse", "socket", "selectors",
+    }  # fmt: skip
+    assert wanted <= modules, wanted - modules
+    package = {
+        ".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        for p in (REPO / "publish").rglob("*.py")
+    }
+    package = {m for m in package if not m.startswith("publish.snapshots")}
+    assert package <= modules, package - modules
+    assert not {m for m in modules if m.startswith(("publish.snapshots", "torch"))}
+
+
+def test_tree_carries_tls_and_its_own_c_library(binary: Path) -> None:
+    libs = FOLDER / "libexec" / "publish" / "_internal"
+    names = set(os.listdir(libs))
+    assert {"libssl.so.3", "libcrypto.so.3", "libc.so.6", "libpython3.11.so.1.0"} <= names
+    assert (FOLDER / "libexec" / "publish" / "ld-publish.so.1").exists()
+    assert glob.glob(str(libs / "python3.11" / "lib-dynload" / "_ssl.*.so"))
+
+
+# --- running ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["one file", "folder"])
+def test_version(binary: Path, form: str, tmp_path: Path) -> None:
+    exe = binary if form == "one file" else FOLDER / "bin" / "publish"
+    r = subprocess.run([str(exe), "version"], capture_output=True, text=True, env=env_for(tmp_path))
+    assert (r.returncode, r.stdout, r.stderr) == (0, VERSION_LINE, "")
+    assert wait_gone(leftovers(tmp_path)) == set()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["version"], ["help"], [], ["nosuchverb"], ["resolve"], ["resolve", "-nosuchflag"], ["resolve", "-h"]],
+)
+def test_same_output_and_status_as_the_source(binary: Path, args: list[str], tmp_path: Path) -> None:
+    src = subprocess.run(
+        [sys.executable, "-m", "publish", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env_for(tmp_path),
+    )
+    frozen = subprocess.run([str(binary), *args], capture_output=True, text=True, env=env_for(tmp_path))
+    assert (frozen.returncode, frozen.stdout, frozen.stderr) == (src.returncode, src.stdout, src.stderr)
+
+
+def test_bare_chroot(jail: Chroot) -> None:
+    """Only the binary, /proc and /tmp: no libc, no loader, no libz, no Python from the node."""
+    assert sorted(os.listdir(jail.dir)) == ["proc", "publish", "tmp"]
+    r = jail.run("version")
+    assert (r.returncode, r.stdout, r.stderr) == (0, VERSION_LINE, "")
+    publish_entry(jail.dir / "ckpt", "exec/1/checkpoint-100", 100)
+    publish_entry(jail.dir / "ckpt", "exec/1/checkpoint-50", 50)
+    r = jail.run("resolve", "-checkpoint", "/ckpt")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "/ckpt/exec/1/checkpoint-100\n", "")
+    r = jail.run("resolve", "-checkpoint", "/nothere")
+    assert r.returncode == 1 and r.stderr.startswith("publish: ")
+    assert wait_gone(leftovers(jail.dir / "tmp", jail.dir)) == set()
+
+
+def test_chroot_with_noexec_tmp(jail: Chroot) -> None:
+    """TMPDIR and /tmp noexec: it finds another place (here the binary's own folder) and cleans it."""
+    jail.mount_tmpfs("tmp", "noexec")
+    r = jail.run("version", env={"TMPDIR": "/tmp"})
+    assert (r.returncode, r.stdout, r.stderr) == (0, VERSION_LINE, "")
+    assert wait_gone(leftovers(jail.dir / "tmp", jail.dir)) == set()
+
+
+def test_no_exec_capable_place_is_an_error(jail: Chroot) -> None:
+    """/tmp noexec and the binary's folder read-only (nothing else exists): an error that says so."""
+    jail.mount_tmpfs("tmp", "noexec")
+    ro = jail.dir.parent / "ro"
+    ro.mkdir()
+    mount("--rbind", str(jail.dir), str(ro))
+    jail.mounts.append(ro)
+    mount("-o", "remount,bind,ro", str(ro))
+    ro_jail = Chroot.__new__(Chroot)
+    ro_jail.dir, ro_jail.mounts = ro, []
+    r = ro_jail.run("version", env={"TMPDIR": "/tmp"})
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr.startswith("publish: no writable directory that allows executables")
+
+
+@pytest.fixture
+def noexec_tmpdir(as_root: None, tmp_path: Path) -> Iterator[Path]:
+    d = tmp_path / "noexec"
+    d.mkdir()
+    mount("-t", "tmpfs", "-o", "noexec,mode=1777,size=64m", "tmpfs", str(d))
+    try:
+        yield d
+    finally:
+        umount(d)
+
+
+def test_noexec_tmpdir(binary: Path, noexec_tmpdir: Path) -> None:
+    r = subprocess.run([str(binary), "version"], capture_output=True, text=True, env=env_for(noexec_tmpdir))
+    assert (r.returncode, r.stdout, r.stderr) == (0, VERSION_LINE, "")
+    assert os.listdir(noexec_tmpdir) == []
+
+
+def unpack_dir_of(pid: int) -> Path:
+    """The directory a running one-file process was unpacked into (its loader lives there)."""
+    exe = Path(os.readlink(f"/proc/{pid}/exe"))
+    assert exe.name == "ld-publish.so.1"
+    return exe.parent
+
+
+def start_watch(binary: Path, tmp_path: Path, tmpdir: Path) -> subprocess.Popen[str]:
+    root = tmp_path / "root"
+    (root / "exec" / "1").mkdir(parents=True)
+    return subprocess.Popen(
+        [
+            str(binary),
+            "watch",
+            "-checkpoint",
+            str(root),
+            "-framework",
+            "hf",
+            "-attempt",
+            "1",
+            "-interval",
+            "1h",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env_for(tmpdir),
+    )
+
+
+def running_program(proc: subprocess.Popen[str]) -> Path:
+    """Wait until the launcher has exec'd the program in place, and return where it was unpacked."""
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        try:
+            if os.readlink(f"/proc/{proc.pid}/exe").endswith("/ld-publish.so.1"):
+                time.sleep(0.5)  # let Python start and install its handlers
+                return unpack_dir_of(proc.pid)
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError("the program did not start")
+
+
+def test_sigterm_reaches_the_program_and_the_unpacked_files_go(binary: Path, noexec_tmpdir: Path) -> None:
+    """The launcher execs in place: the pid a job script holds is the program's, and SIGTERM reaches it."""
+    proc = start_watch(binary, noexec_tmpdir.parent, noexec_tmpdir)
+    where = running_program(proc)
+    assert not str(where).startswith(str(noexec_tmpdir))  # a noexec TMPDIR is passed over
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, err) == (0, "")
+    assert wait_gone({str(where)}) == set()
+
+
+def test_sigkill_still_leaves_nothing(binary: Path, tmp_path: Path) -> None:
+    tmpdir = tmp_path / "t"
+    tmpdir.mkdir()
+    proc = start_watch(binary, tmp_path, tmpdir)
+    where = running_program(proc)
+    assert where.parent == tmpdir
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert wait_gone({str(where)}) == set()
+
+
+def drop_page_cache() -> None:
+    """A cold machine: nothing of the binary in the page cache (best effort: a container may refuse)."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+    except OSError:
+        pass
+
+
+def test_64_concurrent_cold_starts(binary: Path, tmp_path: Path) -> None:
+    tmpdir = tmp_path / "t"
+    tmpdir.mkdir()
+    system = [Path("/tmp"), Path("/dev/shm")]
+    before = leftovers(*system)
+    if os.geteuid() == 0:
+        drop_page_cache()
+    procs = [
+        subprocess.Popen(
+            [str(binary), "version"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env_for(tmpdir),
+        )
+        for _ in range(64)
+    ]
+    results = [(p.communicate(timeout=120), p.returncode) for p in procs]
+    assert [r for r in results if r != ((VERSION_LINE, ""), 0)] == []
+    assert wait_gone(leftovers(tmpdir)) == set()
+    assert os.listdir(tmpdir) == []
+    assert wait_gone(leftovers(*system) - before) == set()
+
+
+# --- TLS trust (addendum 7) ---------------------------------------------------------------------------------
+
+
+class TLSFront:
+    """TLS in front of a real S3 server: accepts TLS on a loopback port and pipes the bytes to the server."""
+
+    def __init__(self, upstream: tuple[str, int], context: ssl.SSLContext) -> None:
+        self.upstream = upstream
+        self.context = context
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            tls = self.context.wrap_socket(conn, server_side=True)
+        except (OSError, ssl.SSLError):
+            conn.close()
+            return
+        up = socket.create_connection(self.upstream)
+
+        def pump(a: socket.socket, b: socket.socket) -> None:
+            try:
+                while data := a.recv(65536):
+                    b.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for s in (a, b):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        threading.Thread(target=pump, args=(up, tls), daemon=True).start()
+        pump(tls, up)
+
+    def close(self) -> None:
+        self.closed = True
+        self.sock.close()
+
+
+@pytest.fixture
+def tls_s3(moto_s3: Moto, tmp_path: Path) -> Iterator[tuple[str, str, bytes, str]]:  # noqa: F811
+    try:
+        import trustme
+    except ImportError:
+        unavailable("trustme is not installed")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    cert.configure_cert(ctx)
+    host, port = moto_s3.endpoint.removeprefix("http://").split(":")
+    front = TLSFront((host, int(port)), ctx)
+    bucket = moto_s3.create_bucket()
+    try:
+        yield f"https://127.0.0.1:{front.port}", bucket, ca.cert_pem.bytes(), moto_s3.access_key
+    finally:
+        front.close()
+
+
+def s3_jail(jail: Chroot, endpoint: str, key: str) -> None:
+    creds = jail.dir / "creds"
+    creds.mkdir()
+    for field, value in {
+        "access_key_id": key,
+        "secret_access_key": "moto-secret-0001",
+        "endpoint": endpoint,
+        "region": "us-east-1",
+    }.items():
+        (creds / field).write_text(value + "\n")
+
+
+def put(jail: Chroot, path: str, data: bytes) -> None:
+    target = jail.dir / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+
+
+BUNDLES = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/pki/tls/cacert.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+]
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("bundle", [BUNDLES[0], BUNDLES[1], BUNDLES[-1]])
+def test_tls_trust_from_the_nodes_bundle(
+    jail: Chroot, tls_s3: tuple[str, str, bytes, str], bundle: str
+) -> None:
+    endpoint, bucket, ca_pem, key = tls_s3
+    s3_jail(jail, endpoint, key)
+    put(jail, bundle, ca_pem)
+    r = jail.run("resolve", "-checkpoint", f"s3://{bucket}/run", "-creds", "secret:/creds")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+@pytest.mark.s3
+def test_tls_trust_from_ssl_cert_file(jail: Chroot, tls_s3: tuple[str, str, bytes, str]) -> None:
+    endpoint, bucket, ca_pem, key = tls_s3
+    s3_jail(jail, endpoint, key)
+    put(jail, "/site/ca.pem", ca_pem)
+    put(jail, BUNDLES[0], b"")  # an empty system bundle: SSL_CERT_FILE comes first
+    r = jail.run(
+        "resolve",
+        "-checkpoint",
+        f"s3://{bucket}/run",
+        "-creds",
+        "secret:/creds",
+        env={"TMPDIR": "/tmp", "SSL_CERT_FILE": "/site/ca.pem"},
+    )
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+@pytest.mark.s3
+def test_tls_without_any_bundle_says_where_it_looked(
+    jail: Chroot, tls_s3: tuple[str, str, bytes, str]
+) -> None:
+    endpoint, bucket, _, key = tls_s3
+    s3_jail(jail, endpoint, key)
+    r = jail.run("resolve", "-checkpoint", f"s3://{bucket}/run", "-creds", "secret:/creds")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith("publish: ")
+    assert BUNDLES[0] in r.stderr and BUNDLES[-1] in r.stderr
+
+
+@pytest.mark.s3
+def test_tls_with_a_bundle_that_does_not_hold_the_ca_fails(
+    jail: Chroot, tls_s3: tuple[str, str, bytes, str]
+) -> None:
+    import trustme
+
+    endpoint, bucket, _, key = tls_s3
+    s3_jail(jail, endpoint, key)
+    put(jail, BUNDLES[0], trustme.CA().cert_pem.bytes())
+    r = jail.run("resolve", "-checkpoint", f"s3://{bucket}/run", "-creds", "secret:/creds")
+    assert r.returncode == 1 and r.stderr.startswith("publish: ")
+
+
+# --- module install -----------------------------------------------------------------------------------------
+
+
+def test_install_module_tree(binary: Path, tmp_path: Path) -> None:
+    prefix = tmp_path / "sw"
+    r = subprocess.run(
+        [str(REPO / "packaging" / "install-module"), str(prefix), "9.8.7"], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    home = prefix / "publish" / "9.8.7"
+    assert os.access(home / "bin" / "publish", os.X_OK)
+    assert (home / "libexec" / "publish" / "ld-publish.so.1").exists()
+    lua = (prefix / "modulefiles" / "publish" / "9.8.7.lua").read_text()
+    tcl = (prefix / "modulefiles" / "publish" / "9.8.7").read_text()
+    assert f'prepend_path("PATH", "{home}/bin")' in lua
+    assert tcl.startswith("#%Module") and f"prepend-path PATH {home}/bin" in tcl
+    r = subprocess.run([str(home / "bin" / "publish"), "version"], capture_output=True, text=True)
+    assert (r.returncode, r.stdout) == (0, VERSION_LINE)
+    # through a link, as a site's bin/ folder may hold one
+    link = tmp_path / "publish-link"
+    link.symlink_to(home / "bin" / "publish")
+    assert subprocess.run([str(link), "version"], capture_output=True, text=True).stdout == VERSION_LINE
+
+
+def test_install_module_refuses_an_existing_version(binary: Path, tmp_path: Path) -> None:
+    script = str(REPO / "packaging" / "install-module")
+    assert subprocess.run([script, str(tmp_path), "1.0"], capture_output=True).returncode == 0
+    r = subprocess.run([script, str(tmp_path), "1.0"], capture_output=True, text=True)
+    assert r.returncode == 1 and "already installed" in r.stderr
+
+
+def lmod() -> list[str]:
+    """Lmod reads both kinds of module file (Tcl through its own Tcl interpreter)."""
+    found = sorted(glob.glob("/usr/share/lmod/*/libexec/lmod")) + glob.glob(
+        "/usr/share/lmod/lmod/libexec/lmod"
+    )
+    if not found:
+        unavailable("Lmod is not installed (Debian: lmod)")
+    return [found[-1], "sh"]
+
+
+@pytest.mark.parametrize("kind", ["lua", "tcl"])
+def test_module_load_puts_publish_on_path(binary: Path, tmp_path: Path, kind: str) -> None:
+    prefix = tmp_path / "sw"
+    subprocess.run([str(REPO / "packaging" / "install-module"), str(prefix)], check=True, capture_output=True)
+    modules = prefix / "modulefiles"
+    if kind == "tcl":
+        for lua in modules.rglob("*.lua"):
+            lua.unlink()  # the Tcl file alone
+    tool = lmod()
+    env = {"PATH": "/usr/bin:/bin", "MODULEPATH": str(modules), "HOME": str(tmp_path)}
+    r = subprocess.run([*tool, "load", "publish"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    script = r.stdout + "\npublish version\n"
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
+    assert out.stdout.endswith(VERSION_LINE), (r.stdout, out.stderr)
