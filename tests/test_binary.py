@@ -6,6 +6,7 @@ and page-cache parts need root (CI runs as root).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -423,10 +424,8 @@ class TLSFront:
                 pass
             finally:
                 for s in (a, b):
-                    try:
+                    with contextlib.suppress(OSError):
                         s.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
 
         threading.Thread(target=pump, args=(up, tls), daemon=True).start()
         pump(tls, up)
