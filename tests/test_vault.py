@@ -636,3 +636,44 @@ def test_no_message_echoes_a_userinfo_password(password: str, tail: str, in_prox
     with pytest.raises(CredentialsError) as e:
         parse_sources("vault:" + location)
     assert secret not in str(e.value)
+
+
+# ------------------------------------------------------------------------------------------ the cli
+
+
+def test_cli_empty_creds_is_a_credentials_error() -> None:
+    from tests.conftest import run_cli
+
+    r = run_cli("resolve", "-checkpoint", "s3://ckpts/run-7", "-creds", "")
+    assert (r.code, r.out) == (1, "")
+    assert r.err.startswith("publish: credentials: ")
+
+
+@pytest.mark.vault
+def test_cli_refused_vault_source_exits_1(
+    bao_tls: Bao, tmp_path: Path, recording_proxy: RecordingProxy
+) -> None:
+    from tests.conftest import run_cli
+
+    bao_tls.make_approle(tmp_path / "a")
+    recording_proxy.refuse_connect = True
+    proxy = recording_proxy.url.replace(":", "%3A").replace("/", "%2F")
+    creds = f"vault:{bao_tls.address}/team/s3?auth=approle&approle={tmp_path}/a&ca={bao_tls.ca}&proxy={proxy}"
+    r = run_cli("resolve", "-checkpoint", "s3://ckpts/run-7", "-creds", creds)
+    assert r.code == 1 and r.out == ""
+    assert r.err.startswith(f"publish: credentials: {creds}: proxy {recording_proxy.url} refused CONNECT")
+
+
+@pytest.mark.vault
+def test_cli_no_source_answered_exits_1(bao: Bao, tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    bao.make_approle(tmp_path / "a")
+    creds = f"vault:{bao.address}/team/s3?auth=approle&approle={tmp_path}/a,file:{tmp_path}/none"
+    with bao.sealed():
+        r = run_cli("resolve", "-checkpoint", "s3://ckpts/run-7", "-creds", creds)
+    assert r.code == 1 and r.out == ""
+    assert r.err == (
+        f"publish: credentials: no source answered: vault:{bao.address}/team/s3?auth=approle&approle={tmp_path}/a: "
+        f"http://127.0.0.1:{bao.port} is sealed or a standby (HTTP 503); file:{tmp_path}/none: no such directory\n"
+    )
