@@ -1,0 +1,99 @@
+"""Start-up cost of `publish`: wall time and peak RSS, per form, as a markdown table.
+
+    python bench/startup.py [-n RUNS]
+
+Forms: dist/publish (one file), dist/publish-folder/bin/publish (folder), `python -m publish` (source).
+Commands: `publish version` and a POSIX `resolve` on a root with 100 publications. Each cell is the median
+of RUNS runs (default 30) after one warm-up run, so the page cache is warm. Run ./build first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from publish import layout  # noqa: E402
+
+
+def make_root(base: Path) -> Path:
+    root = base / "ckpt"
+    (root / "pub").mkdir(parents=True)
+    for step in range(100, 10_100, 100):
+        save = f"exec/1/checkpoint-{step}"
+        (root / save).mkdir(parents=True)
+        (root / "pub" / layout.name(0, step, save)).write_bytes(b"")
+    return root
+
+
+def peak_rss(cmd: list[str], env: dict[str, str]) -> float:
+    """Peak RSS (MiB) of one run, taken by GNU time: a process's peak counts the memory of the process it was
+    forked from, so the parent must be small (this Python is not)."""
+    with tempfile.NamedTemporaryFile() as out:
+        subprocess.run(
+            ["/usr/bin/time", "-f", "%M", "-o", out.name, *cmd], stdout=subprocess.DEVNULL, env=env
+        )
+        return int(Path(out.name).read_text().split()[-1]) / 1024
+
+
+def measure(cmd: list[str], runs: int, env: dict[str, str]) -> tuple[float, float]:
+    """Median wall time (ms) and median peak RSS (MiB, NaN without /usr/bin/time) of `cmd`."""
+    walls, rss = [], []
+    for i in range(runs + 1):
+        start = time.perf_counter()
+        code = subprocess.run(cmd, stdout=subprocess.DEVNULL, env=env, cwd=REPO).returncode
+        wall = time.perf_counter() - start
+        if code != 0:
+            raise SystemExit(f"{cmd}: exit {code}")
+        if i:  # the first run warms the page cache
+            walls.append(wall * 1000)
+            rss.append(peak_rss(cmd, env) if os.path.exists("/usr/bin/time") else float("nan"))
+    return statistics.median(walls), statistics.median(rss)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=30, help="runs per cell (at least 20)")
+    args = parser.parse_args()
+    runs = max(args.n, 20)
+    one, folder = REPO / "dist" / "publish", REPO / "dist" / "publish-folder"
+    if not one.exists():
+        raise SystemExit("dist/publish is missing: run ./build first")
+    forms = {
+        "one file": [str(one)],
+        "folder": [str(folder / "bin" / "publish")],
+        "python -m publish": [sys.executable, "-m", "publish"],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        root = make_root(Path(tmp))
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "TMPDIR": tmp}
+        commands = {
+            "version": ["version"],
+            "resolve (POSIX, 100 entries)": ["resolve", "-checkpoint", str(root)],
+        }
+        print(f"{runs} runs a cell, medians; Python {sys.version.split()[0]}; {os.cpu_count()} CPUs")
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print()
+        print("| form | command | wall ms | peak RSS MiB |")
+        print("| --- | --- | ---: | ---: |")
+        for form, base in forms.items():
+            for name, argv in commands.items():
+                wall, rss = measure(base + argv, runs, env)
+                print(f"| {form} | {name} | {wall:.1f} | {rss:.1f} |")
+    size = one.stat().st_size
+    tree = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+    print()
+    print(f"size: one file {size / 1048576:.1f} MiB ({size} bytes); folder {tree / 1048576:.1f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
