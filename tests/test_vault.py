@@ -13,13 +13,7 @@ from hypothesis import strategies as st
 from publish.creds.sources import NotAnswering, parse_sources, resolve
 from publish.creds.vault import DEFAULT_JWT, Location, VaultSource, parse_location, redact
 from publish.errors import CredentialsError
-from tests import vault_server
 from tests.vault_server import Bao, RecordingProxy, free_port
-
-# The fixtures (session-scoped servers); tests/conftest.py may register tests.vault_server as a plugin instead.
-bao = vault_server.bao
-bao_tls = vault_server.bao_tls
-recording_proxy = vault_server.recording_proxy
 
 AK = "AKIAVAULTEXAMPLE0001"
 SK = "vault-secret-access-key/EXAMPLE+0001"
