@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Callable
 
@@ -72,9 +73,12 @@ def _snapshot_complete(store: Store, path: str, step: int) -> bool:
     if ready is None or len(ready) > 256:
         return False
     manifest = store.read(path + "/manifest.json", 1024 * 1024)
-    if manifest is None or len(manifest) > 16 * 1024:
+    if manifest is None or len(manifest) > 16 * 1024 or not ready_matches(manifest, ready):
         return False
-    return ready_matches(manifest, ready)
+    # ready_matches checks the manifest's own rules; its step and id must also be the folder's.
+    doc = json.loads(manifest)
+    m = _SNAPSHOT.fullmatch(path.rsplit("/", 1)[-1])
+    return m is not None and doc.get("step") == step and doc.get("id") == m.group(2)
 
 
 FRAMEWORKS = {

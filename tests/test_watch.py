@@ -297,3 +297,14 @@ def test_attempt_flag_wins_over_environment(root: Path) -> None:
     )
     assert w.next_line() == published(root, 4, "exec/F/checkpoint-4")
     assert w.stop()[0] == 0
+
+
+def test_snapshot_whose_manifest_disagrees_with_its_name_is_not_published(root: Path) -> None:
+    saves = root / "exec" / "A"
+    good = snapshot_dir(saves, 5)
+    wrong = saves / f"step_{6:012d}_{uuid.uuid4().hex}"
+    os.rename(snapshot_dir(saves, 7), wrong)  # a whole snapshot of step 7 under a step-6 name
+    w = Watch("-checkpoint", str(root), "-framework", "snapshot", "-interval", "100ms", "-attempt", "A")
+    assert w.next_line() == published(root, 5, f"exec/A/{good.name}")
+    assert w.quiet_for(0.4)
+    assert w.stop()[0] == 0
