@@ -332,7 +332,7 @@ def main(
         return e.exit_code
     except KeyboardInterrupt:
         warn("interrupted")
-        return 130
+        return 1
     except OSError as e:
         warn(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
         return 1
