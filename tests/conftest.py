@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import io
 import os
+import queue
 import shlex
+import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +24,29 @@ pytest_plugins = ["tests.vault_server"]
 
 REPO = Path(__file__).resolve().parent.parent
 CI = os.environ.get("CI") == "true"
+
+
+# Every secret value the tests hand to the command, and everything the command printed: the last test
+# (tests/test_zz_no_secrets.py) checks that no secret ever reached an output.
+SECRETS: set[str] = set()
+CAPTURED: list[tuple[str, str]] = []
+
+
+def remember_secret(*values: str) -> None:
+    """Register secret values (keys, tokens, secret_ids, JWTs) that must never appear in any output."""
+    SECRETS.update(v for v in values if v)
+
+
+def record_output(where: str, *texts: str) -> None:
+    """Keep an output the command produced, for the no-secrets check."""
+    CAPTURED.extend((where, t) for t in texts if t)
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    for name, text in getattr(report, "sections", []):
+        record_output(f"{report.nodeid} {name}", text)
+    if report.longreprtext:
+        record_output(f"{report.nodeid} failure", report.longreprtext)
 
 
 def need(condition: bool, why: str) -> None:
@@ -71,6 +98,7 @@ def run_cli(
     if cmd is None:
         out, err = io.StringIO(), io.StringIO()
         code = main(list(args), env, out, err, cwd=str(cwd) if cwd is not None else None)
+        record_output(" ".join(args[:1]), out.getvalue(), err.getvalue())
         return Result(code, out.getvalue(), err.getvalue())
     proc = subprocess.run(
         [*cmd, *args],
@@ -80,6 +108,7 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+    record_output(" ".join(args[:1]), proc.stdout, proc.stderr)
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -94,6 +123,47 @@ def spawn(
     return subprocess.Popen(
         [*cmd, *args], env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+
+
+class Watch:
+    """A running ``publish watch`` whose stdout lines arrive on a queue as they are flushed."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.proc: subprocess.Popen[str] = spawn("watch", *args, env=env, cwd=cwd)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def next_line(self, timeout: float = 20) -> str:
+        line = self.lines.get(timeout=timeout)
+        self.seen.append(line)
+        return line
+
+    def quiet_for(self, seconds: float) -> bool:
+        try:
+            self.seen.append(self.lines.get(timeout=seconds))
+            return False
+        except queue.Empty:
+            return True
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> tuple[int, str]:
+        self.proc.send_signal(sig)
+        return self.finish(timeout)
+
+    def finish(self, timeout: float = 30) -> tuple[int, str]:
+        code = self.proc.wait(timeout=timeout)
+        assert self.proc.stderr is not None
+        err = self.proc.stderr.read()
+        time.sleep(0.05)
+        while not self.lines.empty():
+            self.seen.append(self.lines.get())
+        record_output("watch", "\n".join(self.seen), err)
+        return code, err
 
 
 @pytest.fixture

@@ -5,10 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import queue
 import signal
-import subprocess
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -16,48 +13,8 @@ from pathlib import Path
 import pytest
 
 from publish import layout
-from tests.conftest import run_cli, spawn
+from tests.conftest import Watch, run_cli
 from tests.test_trainer_state import real_state
-
-
-class Watch:
-    """A running ``publish watch`` whose stdout lines arrive on a queue as they are flushed."""
-
-    def __init__(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
-        self.proc: subprocess.Popen[str] = spawn("watch", *args, env=env, cwd=cwd)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-
-    def next_line(self, timeout: float = 20) -> str:
-        line = self.lines.get(timeout=timeout)
-        self.seen.append(line)
-        return line
-
-    def quiet_for(self, seconds: float) -> bool:
-        try:
-            self.seen.append(self.lines.get(timeout=seconds))
-            return False
-        except queue.Empty:
-            return True
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> tuple[int, str]:
-        self.proc.send_signal(sig)
-        return self.finish(timeout)
-
-    def finish(self, timeout: float = 30) -> tuple[int, str]:
-        code = self.proc.wait(timeout=timeout)
-        assert self.proc.stderr is not None
-        err = self.proc.stderr.read()
-        time.sleep(0.05)
-        while not self.lines.empty():
-            self.seen.append(self.lines.get())
-        return code, err
 
 
 def hf_save(saves: Path, step: int, state: bytes | None = None) -> Path:
@@ -142,8 +99,8 @@ def test_dcp_publishes_when_metadata_appears(root: Path) -> None:
     )
     assert w.next_line() == published(root, 100, "exec/7/step-100")
     assert w.quiet_for(0.4)
-    (saves / "300" / ".metadata").write_bytes(b"m")
     (saves / "iter_0000200" / ".metadata").write_bytes(b"m")
+    (saves / "300" / ".metadata").write_bytes(b"m")
     assert w.next_line() == published(root, 200, "exec/7/iter_0000200")
     assert w.next_line() == published(root, 300, "exec/7/300")
     assert w.stop()[0] == 0
