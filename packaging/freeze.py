@@ -94,7 +94,7 @@ def make_folder(root: Path, launcher: Path, out: Path) -> None:
 
 
 def make_onefile(root: Path, launcher: Path, out: Path) -> None:
-    import lz4.block  # build-time only
+    import lz4.block  # type: ignore[import-not-found]  # build-time only, in the build environment
 
     blob = bytearray(launcher.read_bytes())
     index = bytearray()
