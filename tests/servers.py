@@ -87,6 +87,15 @@ class S3Server:
             **kw,
         )
 
+    _shared: str = ""
+
+    def shared_bucket(self) -> str:
+        """One bucket for the session: tests share it under prefixes of their own (a new bucket on
+        SeaweedFS costs a volume allocation, about a quarter of a second)."""
+        if not self._shared:
+            self._shared = self.create_bucket()
+        return self._shared
+
     def create_bucket(self, name: str | None = None) -> str:
         name = name or "t-" + uuid.uuid4().hex[:20]
         self.client().create_bucket(Bucket=name)
@@ -117,6 +126,9 @@ class Weed(S3Server):
         super().__init__("seaweedfs", f"http://127.0.0.1:{self.port}", WEED_ACCESS_KEY, WEED_SECRET_KEY)
         data = os.path.join(workdir, "data")
         os.mkdir(data)
+        # Every bucket is a collection with its own volumes: grow one at a time, and allow many.
+        with open(os.path.join(workdir, "master.toml"), "w") as f:
+            f.write("[master.volume_growth]\ncopy_1 = 1\ncopy_2 = 1\ncopy_3 = 1\ncopy_other = 1\n")
         p = [free_port() for _ in range(7)]
         args = [
             "weed",
@@ -130,7 +142,7 @@ class Weed(S3Server):
             "-master.defaultReplication=000",
             f"-volume.port={p[2]}",
             f"-volume.port.grpc={p[3]}",
-            "-volume.max=32",
+            "-volume.max=5000",
             "-volume.preStopSeconds=0",
             "-filer",
             f"-filer.port={p[4]}",
@@ -240,7 +252,7 @@ class Weed(S3Server):
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(10)
+                self.proc.wait(2)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
