@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Callable, TextIO
 
 from publish import __version__, layout, roots
 from publish.errors import Failure, PublishError, UsageError
 from publish.flags import FlagSet, HelpRequested
 from publish.frameworks import FRAMEWORKS
-from publish.stores.base import EXEC, Store
+from publish.stores.base import EXEC
 from publish.verbs import Say
+
+TYPE_CHECKING = (
+    False  # typing and threading cost start-up time; mypy reads this block, the interpreter skips it
+)
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Mapping
+    from typing import Any, Callable, TextIO
+
+    from publish.stores.base import Store
 
 _ROOT_FLAGS = "-checkpoint ROOT [-creds LIST [-proxy URL]] [-timeout 5m]"
 SYNOPSIS = {
@@ -88,15 +93,15 @@ def _flags(verb: str) -> FlagSet:
     return fs
 
 
-@dataclass
 class _Run:
     """What one command line asks for, once its flags, variables and arguments are checked."""
 
-    verb: str
-    fs: FlagSet
-    args: list[str]
-    env: Mapping[str, str]
-    cwd: str
+    def __init__(self, verb: str, fs: FlagSet, args: list[str], env: Mapping[str, str], cwd: str) -> None:
+        self.verb = verb
+        self.fs = fs
+        self.args = args
+        self.env = env
+        self.cwd = cwd
 
     def flag_or_env(self, flag: str, var: str) -> str:
         """The flag's text when given, else the variable's; an explicitly empty flag is a usage error."""
@@ -240,6 +245,8 @@ def _execute(run: _Run, say: Say, stop: threading.Event | None) -> None:
 
         prune(store, say, int(fs.value("keep")))
     elif verb == "watch":
+        import threading
+
         from publish.verbs.watch import watch
 
         framework = FRAMEWORKS[str(fs.value("framework"))]
@@ -318,9 +325,12 @@ def main(
         return 2
     run = _Run(verb, fs, args, env, cwd if cwd is not None else os.getcwd())
     restore = None
-    if verb == "watch" and stop is None and threading.current_thread() is threading.main_thread():
-        stop = threading.Event()
-        restore = _trap_signals(stop)
+    if verb == "watch" and stop is None:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            stop = threading.Event()
+            restore = _trap_signals(stop)
     try:
         _execute(run, Say(out, warn), stop)
     except UsageError as e:
@@ -346,6 +356,8 @@ def main(
 
 
 def _trap_signals(stop: threading.Event) -> Callable[[], None]:
+    import signal
+
     def handler(signum: int, frame: object) -> None:
         stop.set()
 

@@ -13,9 +13,12 @@ Also here, for other parsers that follow the same rules: ``parse_go_bool`` (``st
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
 
 from publish.errors import UsageError
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 __all__ = [
     "FlagSet",

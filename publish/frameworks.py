@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Callable
 
-from publish import trainer_state
 from publish.errors import Failure
 from publish.layout import LIMIT
-from publish.stores.base import Store
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from typing import Callable
+
+    from publish.stores.base import Store
 
 STATE_LIMIT = 64 * 1024 * 1024  #: trainer_state.json over this is refused
 _HF = re.compile(r"checkpoint-([0-9]+)")
@@ -42,6 +44,8 @@ class Framework:
 
 
 def _hf_complete(store: Store, path: str, step: int) -> bool:
+    from publish import trainer_state
+
     where = store.location(path + "/trainer_state.json")
     data = store.read(path + "/trainer_state.json", STATE_LIMIT)
     if data is None:
@@ -76,6 +80,8 @@ def _snapshot_complete(store: Store, path: str, step: int) -> bool:
     if manifest is None or len(manifest) > 16 * 1024 or not ready_matches(manifest, ready):
         return False
     # ready_matches checks the manifest's own rules; its step and id must also be the folder's.
+    import json
+
     doc = json.loads(manifest)
     m = _SNAPSHOT.fullmatch(path.rsplit("/", 1)[-1])
     return m is not None and doc.get("step") == step and doc.get("id") == m.group(2)

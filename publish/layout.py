@@ -6,10 +6,7 @@ relative to the root as RFC 4648 base32 without padding.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
-from dataclasses import dataclass
 
 from publish.errors import Failure
 
@@ -20,27 +17,53 @@ S3_KEY_MAX = 1024
 _NAME = re.compile(r"([0-9]{20})-([0-9]{20})-([A-Z2-7]+)")
 
 
-@dataclass(frozen=True, order=True)
 class Entry:
-    """One publication.  Ordered as (epoch, step, name) so ``max()`` is the latest, ties to the greatest name."""
+    """One publication: the save at ``path`` (relative to the root), published at (epoch, step).
 
-    epoch: int
-    step: int
-    path: str
+    Ordered as (epoch, step, name), so ``max()`` is the latest and ties go to the greatest name."""
+
+    __slots__ = ("epoch", "step", "path", "_name")
+
+    def __init__(self, epoch: int, step: int, path: str, entry_name: str = "") -> None:
+        self.epoch = epoch
+        self.step = step
+        self.path = path
+        self._name = entry_name
 
     @property
     def name(self) -> str:
-        return name(self.epoch, self.step, self.path)
+        if not self._name:
+            self._name = name(self.epoch, self.step, self.path)
+        return self._name
 
     def key(self) -> tuple[int, int, str]:
         return (self.epoch, self.step, self.name)
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Entry) and (self.epoch, self.step, self.path) == (
+            other.epoch,
+            other.step,
+            other.path,
+        )
+
+    def __lt__(self, other: Entry) -> bool:
+        return self.key() < other.key()
+
+    def __hash__(self) -> int:
+        return hash((self.epoch, self.step, self.path))
+
+    def __repr__(self) -> str:
+        return f"Entry(epoch={self.epoch}, step={self.step}, path={self.path!r})"
+
+
+_UNCLEAN = frozenset(("", ".", ".."))
+# base32's alphabet mapped onto int()'s base-32 digits, so a name decodes in C rather than in base64's Python.
+_TO_DIGITS = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", b"0123456789abcdefghijklmnopqrstuv")
+
 
 def clean_relative(path: str) -> bool:
     """True when ``path`` is a clean relative path: no empty, ``.`` or ``..`` element, no leading /, no NUL."""
-    if not path or "\0" in path:
-        return False
-    return all(part not in ("", ".", "..") for part in path.split("/"))
+    return "\0" not in path and _UNCLEAN.isdisjoint(path.split("/"))
 
 
 def name(epoch: int, step: int, path: str) -> str:
@@ -49,6 +72,8 @@ def name(epoch: int, step: int, path: str) -> str:
         raise ValueError("epoch and step must lie in [0, 10^20)")
     if not clean_relative(path):
         raise ValueError(f"not a clean relative path: {path!r}")
+    import base64
+
     encoded = base64.b32encode(path.encode("utf-8")).decode("ascii").rstrip("=")
     return f"{epoch:020d}-{step:020d}-{encoded}"
 
@@ -61,20 +86,17 @@ def parse(entry_name: str) -> Entry:
     encoded = m.group(3)
     if len(encoded) % 8 in (1, 3, 6):
         raise ValueError("base32 of impossible length")
-    try:
-        raw = base64.b32decode(encoded + "=" * (-len(encoded) % 8))
-    except (binascii.Error, ValueError):
-        raise ValueError("bad base32") from None
-    # Canonical: encoding again gives the same text (unused bits zero, no extra characters).
-    if base64.b32encode(raw).decode("ascii").rstrip("=") != encoded:
+    nbytes, unused = divmod(len(encoded) * 5, 8)
+    value = int(encoded.encode("ascii").translate(_TO_DIGITS), 32)
+    if value & ((1 << unused) - 1):  # canonical: the bits past the last byte are zero
         raise ValueError("base32 is not canonical")
     try:
-        path = raw.decode("utf-8")
+        path = (value >> unused).to_bytes(nbytes, "big").decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError("path is not UTF-8") from None
     if not clean_relative(path):
         raise ValueError(f"path {path!r} is not a clean relative path")
-    return Entry(int(m.group(1)), int(m.group(2)), path)
+    return Entry(int(m.group(1)), int(m.group(2)), path, entry_name)
 
 
 def parse_all(names: list[str], where: str) -> list[Entry]:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
-from typing import Union
 
 from publish.errors import Failure
 
@@ -14,26 +12,56 @@ _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _IPV4 = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
 
 
-@dataclass(frozen=True)
 class PosixRoot:
-    path: str  #: absolute, lexically clean
+    """A directory; ``path`` is absolute and lexically clean."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
 
     @property
     def text(self) -> str:
         return self.path
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PosixRoot) and self.path == other.path
 
-@dataclass(frozen=True)
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def __repr__(self) -> str:
+        return f"PosixRoot({self.path!r})"
+
+
 class S3Root:
-    bucket: str
-    prefix: str  #: no leading or trailing /; may be empty
+    """``s3://BUCKET[/PREFIX]``; ``prefix`` has no leading or trailing / and may be empty."""
+
+    __slots__ = ("bucket", "prefix")
+
+    def __init__(self, bucket: str, prefix: str) -> None:
+        self.bucket = bucket
+        self.prefix = prefix
 
     @property
     def text(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, S3Root) and (self.bucket, self.prefix) == (other.bucket, other.prefix)
 
-Root = Union[PosixRoot, S3Root]
+    def __hash__(self) -> int:
+        return hash((self.bucket, self.prefix))
+
+    def __repr__(self) -> str:
+        return f"S3Root({self.bucket!r}, {self.prefix!r})"
+
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from typing import Union
+
+    Root = Union[PosixRoot, S3Root]
 
 
 def clean_posix(path: str, cwd: str) -> str:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _NUMBER_PREFIX = re.compile(r"-?(0|[1-9][0-9]*)?(\.[0-9]*)?([eE][+-]?[0-9]*)?")
 _LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")

@@ -8,14 +8,16 @@ starts with ``PREFIX/<path>/``.  Every method raises :class:`publish.errors.Fail
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from typing import Protocol
+else:
+    Protocol = object
 
 PUB = "pub"
 EXEC = "exec"
 
 
-@dataclass(frozen=True)
 class Removal:
     """What :meth:`Store.remove_folder` did.
 
@@ -23,8 +25,20 @@ class Removal:
     the root, of the first symbolic link on the folder's path) when the folder was left in place because of it.
     """
 
-    removed: bool
-    link: str = ""
+    __slots__ = ("removed", "link")
+
+    def __init__(self, removed: bool, link: str = "") -> None:
+        self.removed = removed
+        self.link = link
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Removal) and (self.removed, self.link) == (other.removed, other.link)
+
+    def __hash__(self) -> int:
+        return hash((self.removed, self.link))
+
+    def __repr__(self) -> str:
+        return f"Removal(removed={self.removed!r}, link={self.link!r})"
 
 
 class Store(Protocol):

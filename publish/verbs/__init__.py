@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
 
 
-@dataclass(frozen=True)
 class Say:
     """Where a verb's lines go: ``out`` to stdout (flushed per line), ``warn`` to stderr after ``publish: ``."""
 
-    out: Callable[[str], None]
-    warn: Callable[[str], None]
+    __slots__ = ("out", "warn")
+
+    def __init__(self, out: Callable[[str], None], warn: Callable[[str], None]) -> None:
+        self.out = out
+        self.warn = warn
