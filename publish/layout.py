@@ -110,6 +110,20 @@ def parse_all(names: list[str], where: str) -> list[Entry]:
     return entries
 
 
+def latest_of(names: list[str], where: str) -> Entry | None:
+    """The latest entry among ``names``, every one of which must parse (else Failure naming the first bad one).
+
+    With epoch and step zero-padded to the same width, the greatest name is the latest entry, ties included,
+    so only that one is turned into an Entry."""
+    for entry_name in names:
+        try:
+            parse(entry_name)
+        except ValueError:
+            parse_all(names, where)  # reports the first bad name in sorted order
+            raise
+    return parse(max(names)) if names else None
+
+
 def latest(entries: list[Entry]) -> Entry | None:
     """The entry with the greatest (epoch, step); ties go to the greatest name."""
     return max(entries, key=Entry.key, default=None)

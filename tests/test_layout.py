@@ -82,3 +82,11 @@ def test_name_refuses_out_of_range_and_unclean() -> None:
 )
 def test_related(a: str, b: str, related: bool) -> None:
     assert layout.related(a, b) is related
+
+
+def test_latest_of_names_equals_latest_of_entries() -> None:
+    names = [layout.name(e, s, p) for e, s, p in [(0, 900, "a"), (1, 5, "b"), (1, 5, "c"), (1, 4, "z")]]
+    assert layout.latest_of(names, "/r/pub") == layout.latest(layout.parse_all(names, "/r/pub"))
+    assert layout.latest_of([], "/r/pub") is None
+    with pytest.raises(Failure, match="/r/pub/bad"):
+        layout.latest_of([*names, "bad"], "/r/pub")

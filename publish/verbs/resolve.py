@@ -10,7 +10,7 @@ from publish.verbs import Say
 
 def latest(store: Store) -> layout.Entry | None:
     """The latest entry in pub/; every name there must parse."""
-    return layout.latest(layout.parse_all(store.list_entries(), store.location(PUB)))
+    return layout.latest_of(store.list_entries(), store.location(PUB))
 
 
 def unpublished_saves(store: Store) -> int:
