@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -100,6 +100,16 @@ class S3Server:
         name = name or "t-" + uuid.uuid4().hex[:20]
         self.client().create_bucket(Bucket=name)
         return name
+
+    def put_many(self, bucket: str, keys: Iterable[str], body: bytes = b"", threads: int = 16) -> None:
+        """Put many objects at once, with a client of their own: after such a burst, a pooled boto3
+        connection to SeaweedFS has been seen to leave the next PUT unanswered until the read timeout."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        client = self.client()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=k, Body=body), keys))
+        client.close()
 
     def credentials(self, **changes: str) -> Any:
         from publish.creds.model import Credentials

@@ -1,0 +1,143 @@
+"""The Store over an S3 bucket and prefix: keys PREFIX/pub/<entry> and PREFIX/<save path>/..., no HTTP here."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from publish.creds.model import Credentials
+from publish.errors import StoreError
+from publish.s3client import Renew, S3Client
+from publish.stores.base import PUB, Removal
+
+#: The name of the probe object, directly under PREFIX (beside pub/), followed by random hex.
+PROBE_NAME = ".publish-probe-"
+
+
+class S3Store:
+    """A checkpoint root ``s3://BUCKET[/PREFIX]``.
+
+    ``renew(code)``, when given, is called once a request is refused with ExpiredToken or InvalidAccessKeyId;
+    it returns credentials resolved again (or raises), which must name the same endpoint and region, and the
+    request is sent once more with them.  ``client_options`` go to :class:`S3Client` (clock, sleep, rand,
+    now, cafile, connector), for tests.
+    """
+
+    cheap_listing = False
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        creds: Credentials,
+        *,
+        proxy: str | None,
+        env: Mapping[str, str],
+        renew: Renew | None = None,
+        token: Any = None,
+        **client_options: Any,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.root = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.client = S3Client(creds, bucket, proxy=proxy, env=env, renew=renew, **client_options)
+        self._token = token or (lambda: os.urandom(8).hex())
+
+    # -- keys
+
+    def key(self, path: str) -> str:
+        """The object key of ``path`` (relative to the root)."""
+        return f"{self.prefix}/{path}" if self.prefix else path
+
+    def location(self, path: str) -> str:
+        return f"{self.root}/{path}"
+
+    # -- the Store protocol
+
+    def begin(self, timeout: float | None) -> None:
+        self.client.set_deadline(timeout)
+
+    def check_root(self) -> None:
+        pass
+
+    def list_entries(self) -> list[str]:
+        pub = self.key(PUB) + "/"
+        listing = self.client.list(pub)
+        return [k[len(pub) :] for k in listing.keys if k.startswith(pub) and k != pub]
+
+    def create_entry(self, name: str) -> bool:
+        return self.client.put_if_absent(self.key(f"{PUB}/{name}"))
+
+    def remove_entries(self, names: list[str]) -> None:
+        self.client.delete_objects([self.key(f"{PUB}/{n}") for n in names])
+
+    def holds(self, path: str) -> bool:
+        key = self.key(path)
+        if self.client.list(key + "/", max_keys=1, pages=1).keys:
+            return True
+        return self.client.head(key) is not None
+
+    def list_folders(self, path: str) -> list[str]:
+        folder = self.key(path) + "/"
+        listing = self.client.list(folder, "/")
+        return [
+            p[len(folder) :].rstrip("/") for p in listing.prefixes if p.startswith(folder) and p != folder
+        ]
+
+    def read(self, path: str, limit: int) -> bytes | None:
+        return self.client.get(self.key(path), limit)
+
+    def exists(self, path: str) -> bool:
+        return self.client.head(self.key(path)) is not None
+
+    def remove_folder(self, path: str) -> Removal:
+        keys = self.client.list(self.key(path) + "/").keys
+        self.client.delete_objects(keys)  # 1,000 keys a request
+        return Removal(removed=bool(keys))
+
+    # -- probe
+
+    def probe(self) -> None:
+        """The preflight: put a probe object beside pub/, read it back, put it again with If-None-Match: *
+        (expecting 412), list pub/, delete the probe.  Exactly two PUTs.  StoreError "probe: <step>: ...".
+        """
+        token = self._token()
+        key = self.key(PROBE_NAME + token)
+        body = f"publish probe {token}\n".encode("ascii")
+        with _step("write"):
+            self.client.put(key, body)
+        with _step("read"):
+            got = self.client.get(key, len(body))
+            if got is None:
+                raise StoreError(f"{self.location(PROBE_NAME + token)} is not there after it was written")
+            if got != body:
+                raise StoreError(
+                    f"{self.location(PROBE_NAME + token)} reads back other bytes than were written"
+                )
+        with _step("conditional write"):
+            if self.client.put_if_absent(key, body):
+                raise StoreError(
+                    f"{self.location(PROBE_NAME + token)}: the store accepted a second If-None-Match: * write "
+                    "of the same key: it does not honour conditional writes"
+                )
+        with _step("list"):
+            self.list_entries()
+        with _step("delete"):
+            self.client.delete(key)
+
+
+class _step:
+    """Re-raise a StoreError as ``probe: <step>: <what it said>``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, StoreError):
+            text = str(exc)
+            text = text[len("store: ") :] if text.startswith("store: ") else text
+            raise StoreError(f"probe: {self.name}: {text}", code=exc.code, status=exc.status) from None
