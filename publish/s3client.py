@@ -53,7 +53,6 @@ class Listing:
 
     keys: list[str] = field(default_factory=list)
     prefixes: list[str] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -313,14 +312,19 @@ class S3Client:
                 encoded = _text(root, "EncodingType").lower() == "url"
 
                 def dec(s: str, encoded: bool = encoded) -> str:
-                    return unquote_plus(s, errors="strict") if encoded else s
+                    if not encoded or ("%" not in s and "+" not in s):
+                        return s
+                    try:
+                        return unquote_plus(s, errors="strict")
+                    except UnicodeDecodeError:
+                        raise StoreError(
+                            f"list {self.where(prefix)}: the store listed a key that is not UTF-8: {s}"
+                        ) from None
 
-                for c in _children(root, "Contents"):
-                    out.keys.append(dec(_text(c, "Key")))
-                    size = _text(c, "Size")
-                    out.sizes.append(int(size) if size.isdigit() else 0)
-                for p in _children(root, "CommonPrefixes"):
-                    out.prefixes.append(dec(_text(p, "Prefix")))
+                # The document's namespace, if any, so ElementTree's own path search does the walking.
+                ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+                out.keys += [dec(k.text or "") for k in root.iterfind(f"{ns}Contents/{ns}Key")]
+                out.prefixes += [dec(k.text or "") for k in root.iterfind(f"{ns}CommonPrefixes/{ns}Prefix")]
                 page += 1
                 token = _text(root, "NextContinuationToken")
                 if _text(root, "IsTruncated").lower() != "true" or (pages is not None and page >= pages):

@@ -402,3 +402,25 @@ def test_conditional_put_sends_the_header(weed: Weed, fault_proxy: FaultProxy) -
     c.put_if_absent(f"{p}/pub/e")
     assert fault_proxy.seen[0].headers["if-none-match"] == "*"
     assert fault_proxy.seen[0].body == b""
+
+
+def test_a_listed_key_that_is_not_utf8_is_an_error(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+    c, p = client(weed, fault_proxy.endpoint)
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        f"<EncodingType>url</EncodingType><IsTruncated>false</IsTruncated><Contents><Key>{p}/%FF</Key></Contents>"
+        "</ListBucketResult>"
+    ).encode()
+    fault_proxy.add(Respond(200, body=body), kind="LIST")
+    with pytest.raises(
+        StoreError, match=rf"list s3://{c.bucket}/{p}/: the store listed a key that is not UTF-8"
+    ):
+        c.list(f"{p}/")
+
+
+def test_a_truncated_listing_without_a_token_is_an_error(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+    c, p = client(weed, fault_proxy.endpoint)
+    body = b"<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>"
+    fault_proxy.add(Respond(200, body=body), kind="LIST")
+    with pytest.raises(StoreError, match="truncated listing without a token"):
+        c.list(f"{p}/")

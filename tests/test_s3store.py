@@ -133,6 +133,14 @@ def test_pub_folder_object_and_deeper_keys(server: S3Server, bucket: str, prefix
     assert make_store(server, bucket, prefix).list_entries() == ["a/b"]
 
 
+def test_holds_the_object_itself(server: S3Server, bucket: str, prefix: str) -> None:
+    server.client().put_object(Bucket=bucket, Key=f"{prefix}/exec/A/file", Body=b"1")
+    store = make_store(server, bucket, prefix)
+    assert store.holds("exec/A/file")
+    assert store.holds("exec/A")
+    assert not store.holds("exec/A/fil")
+
+
 def test_listing_more_than_a_page(weed: Weed) -> None:  # noqa: F811
     bucket, prefix = weed.shared_bucket(), fresh_prefix()
     store = make_store(weed, bucket, prefix)
