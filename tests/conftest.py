@@ -20,7 +20,7 @@ import pytest
 from publish.cli import main
 
 # Session-scoped servers shared by every test module (started only when a test asks for them).
-pytest_plugins = ["tests.vault_server"]
+pytest_plugins = ["tests.servers", "tests.vault_server"]
 
 REPO = Path(__file__).resolve().parent.parent
 CI = os.environ.get("CI") == "true"

@@ -1,0 +1,393 @@
+"""The command on s3:// roots, end to end against SeaweedFS (with authentication) and moto."""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from publish import layout
+from tests.conftest import Result, Watch, remember_secret, run_cli
+from tests.netfixtures import Proxy, dead_port
+from tests.servers import FaultProxy, Respond, S3Server, Weed
+
+pytestmark = pytest.mark.s3
+
+
+def creds_dir(base: Path, server: S3Server, endpoint: str | None = None, **fields: str) -> str:
+    """A private ``file:`` source directory holding the server's key."""
+    d = base / f"creds-{uuid.uuid4().hex[:8]}"
+    d.mkdir(mode=0o700)
+    values = {
+        "access_key_id": server.access_key,
+        "secret_access_key": server.secret_key,
+        "endpoint": endpoint or server.endpoint,
+        "region": server.region,
+        **fields,
+    }
+    for name, value in values.items():
+        p = d / name
+        p.write_text(value + "\n")
+        p.chmod(0o600)
+    remember_secret(values["access_key_id"], values["secret_access_key"])
+    return f"file:{d}"
+
+
+def client(server: S3Server) -> Any:
+    """boto3, without ``Expect: 100-continue``: after an empty PUT on a kept connection, SeaweedFS leaves a
+    PUT with a body that expects a 100 waiting out boto3's 60 s read timeout."""
+    s3 = server.client()
+
+    def drop_expect(request: Any, **kw: Any) -> None:
+        request.headers.pop("Expect", None)
+
+    s3.meta.events.register("before-send.s3", drop_expect)
+    return s3
+
+
+class Root:
+    """An s3:// root on one server: a fresh prefix in a shared bucket, with a boto3 client beside it."""
+
+    def __init__(self, server: S3Server, tmp: Path, endpoint: str | None = None) -> None:
+        self.server = server
+        self.bucket = server.shared_bucket()
+        self.prefix = "run-" + uuid.uuid4().hex[:10]
+        self.url = f"s3://{self.bucket}/{self.prefix}"
+        self.creds = creds_dir(tmp, server, endpoint)
+        self.s3 = client(server)
+
+    def run(self, verb: str, *args: str, env: dict[str, str] | None = None) -> Result:
+        return run_cli(verb, "-checkpoint", self.url, "-creds", self.creds, *args, env=env)
+
+    def put(self, key: str, body: bytes = b"") -> None:
+        self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{key}", Body=body)
+
+    def put_many(self, keys: list[str], body: bytes = b"") -> None:
+        s3 = client(self.server)
+        with ThreadPoolExecutor(16) as pool:
+            list(
+                pool.map(
+                    lambda k: s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{k}", Body=body), keys
+                )
+            )
+
+    def keys(self, under: str = "") -> list[str]:
+        found: list[str] = []
+        pages = self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=f"{self.prefix}/{under}"
+        )
+        for page in pages:
+            found += [o["Key"][len(self.prefix) + 1 :] for o in page.get("Contents", [])]
+        return sorted(found)
+
+    def entries(self) -> list[str]:
+        return [k[len("pub/") :] for k in self.keys("pub/")]
+
+
+@pytest.fixture
+def s3root(s3_server: S3Server, tmp_path: Path) -> Root:
+    return Root(s3_server, tmp_path)
+
+
+@pytest.fixture
+def wroot(weed: Weed, tmp_path: Path) -> Root:
+    return Root(weed, tmp_path)
+
+
+def published_line(root: Root, epoch: int, step: int, path: str) -> str:
+    return f"published {layout.name(epoch, step, path)} (epoch {epoch}, step {step}, {root.url}/{path})"
+
+
+def test_resolve_publish_resolve(s3root: Root) -> None:
+    r = s3root.run("resolve")
+    assert (r.code, r.out, r.err) == (0, "", "")
+    s3root.put("exec/A/checkpoint-10/model.bin")
+    r = s3root.run("publish", "-epoch", "2", f"{s3root.url}/exec/A/checkpoint-10", "10")
+    assert (r.code, r.err) == (0, "")
+    assert r.out == published_line(s3root, 2, 10, "exec/A/checkpoint-10") + "\n"
+    # The entry is an empty object under PREFIX/pub/, as an independent client sees it.
+    name = layout.name(2, 10, "exec/A/checkpoint-10")
+    assert s3root.entries() == [name]
+    head = s3root.s3.head_object(Bucket=s3root.bucket, Key=f"{s3root.prefix}/pub/{name}")
+    assert head["ContentLength"] == 0
+    r = s3root.run("resolve")
+    assert (r.code, r.out) == (0, f"{s3root.url}/exec/A/checkpoint-10\n")
+
+
+def test_publish_again_reports_already_published(s3root: Root) -> None:
+    s3root.put("exec/A/c/x")
+    assert s3root.run("publish", f"{s3root.url}/exec/A/c", "1").code == 0
+    r = s3root.run("publish", f"{s3root.url}/exec/A/c", "1")
+    name = layout.name(0, 1, "exec/A/c")
+    assert (r.code, r.out) == (0, "")
+    assert r.err == f"publish: {name} already published (epoch 0, step 1, {s3root.url}/exec/A/c)\n"
+
+
+@pytest.mark.parametrize("save", ["empty", "root", "other-bucket", "posix", "prefix-sibling"])
+def test_publish_refuses_saves_that_are_not_under_the_root_or_empty(s3root: Root, save: str) -> None:
+    s3root.put("exec/A/c-other/x")
+    target = {
+        "empty": f"{s3root.url}/exec/A/c",  # holds no object (only a sibling with a longer name does)
+        "root": s3root.url,
+        "other-bucket": f"s3://another-bucket/{s3root.prefix}/exec/A/c-other",
+        "posix": "/tmp/exec/A/c-other",
+        "prefix-sibling": f"{s3root.url}x/exec/A/c-other",
+    }[save]
+    r = s3root.run("publish", target, "1")
+    assert r.code == 1, r.err
+    assert s3root.entries() == []
+
+
+def test_unparsable_key_in_pub_is_an_error(s3root: Root) -> None:
+    s3root.put("pub/" + layout.name(0, 1, "a"), b"")
+    s3root.put("pub/stray", b"")
+    r = s3root.run("resolve")
+    assert r.code == 1 and f"{s3root.url}/pub/stray" in r.err
+
+
+def test_pub_folder_marker_is_ignored_but_nested_keys_are_errors(s3root: Root) -> None:
+    s3root.put("pub/", b"")
+    assert s3root.run("resolve").code == 0
+    s3root.put("pub/sub/x", b"")
+    r = s3root.run("resolve")
+    assert r.code == 1 and "pub/sub/x" in r.err
+
+
+def test_two_publications_of_the_same_save_at_once(wroot: Root) -> None:
+    wroot.put("exec/A/checkpoint-5/w")
+    start = threading.Barrier(2)
+    results: list[Result] = []
+
+    def one() -> None:
+        start.wait()
+        results.append(wroot.run("publish", f"{wroot.url}/exec/A/checkpoint-5", "5"))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.code for r in results] == [0, 0]
+    assert sum(1 for r in results if r.out.startswith("published ")) == 1
+    assert sum(1 for r in results if "already published" in r.err) == 1
+    assert wroot.entries() == [layout.name(0, 5, "exec/A/checkpoint-5")]
+
+
+def test_prune_removes_every_object_under_old_folders(s3root: Root) -> None:
+    for step in (1, 2, 3):
+        for f in ("model.bin", "optim/0.bin", "optim/1.bin"):
+            s3root.put(f"exec/A/checkpoint-{step}/{f}")
+        assert s3root.run("publish", f"{s3root.url}/exec/A/checkpoint-{step}", str(step)).code == 0
+    s3root.put("exec/A/checkpoint-10/keep")  # a longer name sharing the prefix is another folder
+    r = s3root.run("prune", "-keep", "1")
+    assert r.code == 0, r.err
+    assert r.lines == [
+        f"removed {s3root.url}/exec/A/checkpoint-1",
+        f"removed {s3root.url}/exec/A/checkpoint-2",
+    ]
+    assert s3root.keys("exec/") == [
+        "exec/A/checkpoint-10/keep",
+        "exec/A/checkpoint-3/model.bin",
+        "exec/A/checkpoint-3/optim/0.bin",
+        "exec/A/checkpoint-3/optim/1.bin",
+    ]
+    assert s3root.entries() == [layout.name(0, 3, "exec/A/checkpoint-3")]
+
+
+def test_probe(wroot: Root) -> None:
+    r = wroot.run("probe")
+    assert (r.code, r.err) == (0, "")
+    assert r.out == f"{wroot.url} ok, credentials from {wroot.creds}\n"
+    assert wroot.keys() == []  # the probe object is gone
+
+
+def test_probe_with_wrong_secret_fails_at_write(wroot: Root, tmp_path: Path) -> None:
+    wroot.creds = creds_dir(tmp_path, wroot.server, secret_access_key="not-the-secret-0001")
+    r = wroot.run("probe")
+    assert r.code == 1
+    assert r.err.startswith("publish: store: probe: write: ")
+    assert "SignatureDoesNotMatch" in r.err
+
+
+def test_probe_usage(wroot: Root) -> None:
+    r = run_cli("probe", "-checkpoint", wroot.url)
+    assert r.code == 2 and "-creds is required" in r.err
+    r = run_cli("probe", "-checkpoint", "s3://Bad/x", "-creds", wroot.creds)
+    assert r.code == 1 and "bucket" in r.err
+    r = run_cli("probe", "-checkpoint", wroot.url, "-creds", wroot.creds, "-proxy", "ftp://p")
+    assert r.code == 2 and "-proxy" in r.err
+
+
+def test_resolve_probe(wroot: Root, tmp_path: Path) -> None:
+    assert wroot.run("resolve", "-probe").code == 0
+    wroot.creds = creds_dir(tmp_path, wroot.server, secret_access_key="not-the-secret-0001")
+    r = wroot.run("resolve", "-probe")
+    assert r.code == 1 and "store: probe: write:" in r.err
+
+
+def test_empty_creds_list_and_no_source_answering(wroot: Root, tmp_path: Path) -> None:
+    r = run_cli("resolve", "-checkpoint", wroot.url, "-creds", "")
+    assert r.code == 1 and r.err.startswith("publish: credentials: ")
+    r = run_cli("resolve", "-checkpoint", wroot.url, "-creds", f"file:{tmp_path}/none,secret:{tmp_path}/nope")
+    assert r.code == 1
+    assert r.err.startswith(f"publish: credentials: no source answered: file:{tmp_path}/none: ")
+    assert f"; secret:{tmp_path}/nope: " in r.err
+
+
+def test_environment_proxies_and_aws_variables_are_ignored(wroot: Root) -> None:
+    dead = f"http://127.0.0.1:{dead_port()}"
+    noise = {k: dead for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")}
+    noise |= {
+        "NO_PROXY": "",
+        "AWS_ACCESS_KEY_ID": "AKIAWRONG",
+        "AWS_SECRET_ACCESS_KEY": "wrong",
+        "AWS_REGION": "eu-west-9",
+    }
+    wroot.put("exec/A/c/x")
+    assert wroot.run("publish", f"{wroot.url}/exec/A/c", "1", env=noise).code == 0
+    assert wroot.run("resolve", env=noise).out == f"{wroot.url}/exec/A/c\n"
+
+
+def test_explicit_proxy_is_used_and_a_dead_one_fails(wroot: Root) -> None:
+    wroot.put("exec/A/c/x")
+    with Proxy() as proxy:
+        r = wroot.run("publish", "-proxy", proxy.url, f"{wroot.url}/exec/A/c", "1")
+        assert r.code == 0, r.err
+        assert any("/pub/" in f for f in proxy.forwards)  # absolute-form requests for an http endpoint
+    r = wroot.run("resolve", "-proxy", f"http://127.0.0.1:{dead_port()}")
+    assert r.code == 1 and r.out == "" and "store:" in r.err
+
+
+@pytest.mark.parametrize(
+    "proxy", ["socks5://p:1080", "http://u:pw@p:3128", "http://p:3128/path", "http://p?x=1", "p:3128"]
+)
+def test_malformed_proxy_is_a_usage_error(wroot: Root, proxy: str) -> None:
+    r = wroot.run("resolve", "-proxy", proxy)
+    assert r.code == 2 and "-proxy" in r.err and "pw" not in r.err
+
+
+def proxied(weed: Weed, tmp_path: Path, fault_proxy: FaultProxy) -> Root:
+    return Root(weed, tmp_path, endpoint=fault_proxy.endpoint)
+
+
+def test_resolve_sends_one_list_per_thousand_entries_and_nothing_else(
+    weed: Weed, tmp_path: Path, fault_proxy: FaultProxy
+) -> None:
+    root = proxied(weed, tmp_path, fault_proxy)
+    n = 2345
+    names = [layout.name(0, i, f"exec/A/checkpoint-{i}") for i in range(n)]
+    root.put_many([f"pub/{x}" for x in names])
+    fault_proxy.reset()
+    r = root.run("resolve")
+    assert r.out == f"{root.url}/exec/A/checkpoint-{n - 1}\n"
+    assert fault_proxy.count("LIST") == math.ceil(n / 1000)
+    assert fault_proxy.count() == fault_proxy.count("LIST")
+
+
+def test_prune_deletes_with_one_request_per_thousand_keys(
+    weed: Weed, tmp_path: Path, fault_proxy: FaultProxy
+) -> None:
+    root = proxied(weed, tmp_path, fault_proxy)
+    m = 1500
+    root.put_many([f"exec/A/checkpoint-1/shard-{i:05d}" for i in range(m)])
+    root.put("exec/A/checkpoint-2/w")
+    for step in (1, 2):
+        assert root.run("publish", f"{root.url}/exec/A/checkpoint-{step}", str(step)).code == 0
+    fault_proxy.reset()
+    r = root.run("prune", "-keep", "1")
+    assert r.lines == [f"removed {root.url}/exec/A/checkpoint-1"]
+    # One DeleteObjects for the entry, then ceil(m/1000) for the folder's objects.
+    assert fault_proxy.count("DELETE_OBJECTS") == 1 + math.ceil(m / 1000)
+    assert root.keys("exec/") == ["exec/A/checkpoint-2/w"]
+
+
+def test_store_errors_name_operation_and_code(weed: Weed, tmp_path: Path, fault_proxy: FaultProxy) -> None:
+    root = proxied(weed, tmp_path, fault_proxy)
+    fault_proxy.add(Respond(403, "AccessDenied", "Access Denied."), kind="LIST")
+    r = root.run("resolve")
+    assert r.code == 1
+    assert r.err.startswith("publish: store: ") and "AccessDenied" in r.err and "pub/" in r.err
+
+
+def test_timeout_bounds_a_verb(weed: Weed, tmp_path: Path, fault_proxy: FaultProxy) -> None:
+    from tests.servers import Stall
+
+    root = proxied(weed, tmp_path, fault_proxy)
+    fault_proxy.add(Stall(30), kind="LIST")
+    import time
+
+    t0 = time.monotonic()
+    r = root.run("resolve", "-timeout", "1s")
+    assert r.code == 1 and "store:" in r.err
+    assert time.monotonic() - t0 < 10
+
+
+def hf_state(step: int) -> bytes:
+    from tests.test_trainer_state import real_state
+
+    return real_state(step)
+
+
+def test_watch_on_s3(wroot: Root, tmp_path: Path) -> None:
+    saves = "exec/A"
+    wroot.put(f"{saves}/checkpoint-20/model.bin")
+    wroot.put(f"{saves}/checkpoint-20/trainer_state.json", hf_state(20))
+    wroot.put(f"{saves}/checkpoint-30/model.bin")  # no trainer_state.json yet
+    w = Watch(
+        "-checkpoint",
+        wroot.url,
+        "-creds",
+        wroot.creds,
+        "-framework",
+        "hf",
+        "-interval",
+        "200ms",
+        env={"DISPATCH_ATTEMPT": "A"},
+    )
+    assert w.next_line() == published_line(wroot, 0, 20, f"{saves}/checkpoint-20")
+    data = hf_state(30)
+    wroot.put(f"{saves}/checkpoint-30/trainer_state.json", data[:100])
+    assert w.quiet_for(0.8)
+    wroot.put(f"{saves}/checkpoint-30/trainer_state.json", data)
+    assert w.next_line() == published_line(wroot, 0, 30, f"{saves}/checkpoint-30")
+    code, err = w.stop(signal.SIGTERM)
+    assert (code, err) == (0, "")
+
+
+def test_watch_dcp_saves_argument_and_one_list_per_idle_scan(
+    weed: Weed, tmp_path: Path, fault_proxy: FaultProxy
+) -> None:
+    root = proxied(weed, tmp_path, fault_proxy)
+    root.put("runs/x/step-100/.metadata")
+    root.put("runs/x/step-200/shard")  # not complete
+    w = Watch(
+        "-checkpoint",
+        root.url,
+        "-creds",
+        root.creds,
+        "-framework",
+        "dcp",
+        "-interval",
+        "1h",
+        f"{root.url}/runs/x",
+    )
+    assert w.next_line() == published_line(root, 0, 100, "runs/x/step-100")
+    assert w.quiet_for(0.5)  # the first scan goes on to look at step-200 after publishing step-100
+    fault_proxy.reset()
+    code, err = w.stop()
+    assert (code, err) == (0, "")
+    # The last scan: one LIST, and one HEAD for the save still incomplete; the published one is not looked at.
+    assert fault_proxy.count("LIST") == 1
+    assert fault_proxy.count("HEAD") == 1
+    assert fault_proxy.count() == 2
+
+
+def test_watch_saves_outside_the_root(wroot: Root) -> None:
+    r = wroot.run("watch", "-framework", "hf", f"s3://{wroot.bucket}/elsewhere")
+    assert r.code == 1 and "not under the root" in r.err
