@@ -391,3 +391,11 @@ def test_watch_dcp_saves_argument_and_one_list_per_idle_scan(
 def test_watch_saves_outside_the_root(wroot: Root) -> None:
     r = wroot.run("watch", "-framework", "hf", f"s3://{wroot.bucket}/elsewhere")
     assert r.code == 1 and "not under the root" in r.err
+
+
+def test_publish_path_too_long_for_an_s3_key_creates_nothing(s3root: Root) -> None:
+    rel = "exec/A/" + "/".join(["d" * 100] * 6)  # base32 makes the entry's key well over 1,024 bytes
+    s3root.put(f"{rel}/x")
+    r = s3root.run("publish", f"{s3root.url}/{rel}", "1")
+    assert r.code == 1 and "too long" in r.err
+    assert s3root.entries() == []

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from publish.creds.model import Credentials
-from publish.errors import StoreError
+from publish.errors import Failure, StoreError
+from publish.layout import S3_KEY_MAX
 from publish.s3client import Renew, S3Client
 from publish.stores.base import PUB, Removal
 
@@ -67,7 +68,14 @@ class S3Store:
         return [k[len(pub) :] for k in listing.keys if k.startswith(pub) and k != pub]
 
     def create_entry(self, name: str) -> bool:
-        return self.client.put_if_absent(self.key(f"{PUB}/{name}"))
+        key = self.key(f"{PUB}/{name}")
+        size = len(key.encode("utf-8"))
+        if size > S3_KEY_MAX:
+            raise Failure(
+                f"the entry's key would be {size} bytes, over the {S3_KEY_MAX} an S3 key may hold: "
+                "the save's path is too long"
+            )
+        return self.client.put_if_absent(key)
 
     def remove_entries(self, names: list[str]) -> None:
         self.client.delete_objects([self.key(f"{PUB}/{n}") for n in names])
