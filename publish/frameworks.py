@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-
+from publish import layout
 from publish.errors import Failure
 from publish.layout import LIMIT
 
@@ -14,25 +13,50 @@ if TYPE_CHECKING:
     from publish.stores.base import Store
 
 STATE_LIMIT = 64 * 1024 * 1024  #: trainer_state.json over this is refused
-_HF = re.compile(r"checkpoint-([0-9]+)")
-_DCP = re.compile(r".*?([0-9]+)")
-_SNAPSHOT = re.compile(r"step_([0-9]{12})_([0-9a-f]{32})")
+_HEX = frozenset("0123456789abcdef")
+
+
+# The name rules are written out rather than as regular expressions: re would be the costliest import of a
+# POSIX resolve, which reads these names (to warn about saves nobody published).
+def _hf_step(name: str) -> str:
+    """``checkpoint-<digits>``."""
+    digits = name[len("checkpoint-") :]
+    return digits if name.startswith("checkpoint-") and layout.digits(digits) else ""
+
+
+def _dcp_step(name: str) -> str:
+    """Any name ending in digits: the trailing digits."""
+    end = len(name)
+    while end and "0" <= name[end - 1] <= "9":
+        end -= 1
+    return name[end:]
+
+
+def snapshot_id(name: str) -> str:
+    """The uuid of a snapshot directory name ``step_<12 digits>_<32 lowercase hex>``, or ``""``."""
+    if len(name) == 50 and name.startswith("step_") and name[17] == "_" and _HEX.issuperset(name[18:]):
+        return name[18:] if layout.digits(name[5:17]) else ""
+    return ""
+
+
+def _snapshot_step(name: str) -> str:
+    return name[5:17] if snapshot_id(name) else ""
 
 
 class Framework:
     """How one framework lays out its saves inside SAVES."""
 
-    def __init__(self, name: str, pattern: re.Pattern[str], complete: Callable[[Store, str, int], bool]):
+    def __init__(self, name: str, step: Callable[[str], str], complete: Callable[[Store, str, int], bool]):
         self.name = name
-        self._pattern = pattern
+        self._step = step
         self._complete = complete
 
     def step(self, folder: str) -> int | None:
         """The step of a save folder named ``folder``, or None when the name is not a save's."""
-        m = self._pattern.fullmatch(folder)
-        if not m:
+        text = self._step(folder)
+        if not text:
             return None
-        step = int(m.group(1))
+        step = int(text)
         return step if step < LIMIT else None
 
     def complete(self, store: Store, path: str, step: int) -> bool:
@@ -83,12 +107,12 @@ def _snapshot_complete(store: Store, path: str, step: int) -> bool:
     import json
 
     doc = json.loads(manifest)
-    m = _SNAPSHOT.fullmatch(path.rsplit("/", 1)[-1])
-    return m is not None and doc.get("step") == step and doc.get("id") == m.group(2)
+    ident = snapshot_id(path.rsplit("/", 1)[-1])
+    return bool(ident) and doc.get("step") == step and doc.get("id") == ident
 
 
 FRAMEWORKS = {
-    "hf": Framework("hf", _HF, _hf_complete),
-    "dcp": Framework("dcp", _DCP, _dcp_complete),
-    "snapshot": Framework("snapshot", _SNAPSHOT, _snapshot_complete),
+    "hf": Framework("hf", _hf_step, _hf_complete),
+    "dcp": Framework("dcp", _dcp_step, _dcp_complete),
+    "snapshot": Framework("snapshot", _snapshot_step, _snapshot_complete),
 }

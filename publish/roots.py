@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import posixpath
-import re
 
 from publish.errors import Failure
 
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_IPV4 = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+
+
+def scheme(text: str) -> str:
+    """The ``word:`` a text starts with (RFC 3986's scheme syntax), or ``""``."""
+    head, colon, _ = text.partition(":")
+    if colon and head and head[0].isascii() and head[0].isalpha() and _SCHEME_CHARS.issuperset(head):
+        return head + ":"
+    return ""
 
 
 class PosixRoot:
@@ -74,14 +79,16 @@ def clean_posix(path: str, cwd: str) -> str:
 
 
 def _bucket_problem(bucket: str) -> str:
+    import re  # S3 roots only: a POSIX resolve never pays for re
+
     if not bucket:
         return "no bucket"
     if (
-        not _BUCKET.fullmatch(bucket)
+        not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket)
         or ".." in bucket
         or ".-" in bucket
         or "-." in bucket
-        or _IPV4.fullmatch(bucket)
+        or re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+", bucket)
         or bucket.startswith(("xn--", "sthree-"))
         or bucket.endswith(("-s3alias", "--ol-s3"))
     ):
@@ -127,10 +134,10 @@ def parse_root(text: str, cwd: str) -> Root:
     """The root ``-checkpoint`` names.  Any ``word:`` scheme other than ``s3://`` is refused (exit 1)."""
     if text.startswith("s3://"):
         return parse_s3(text, "-checkpoint")
-    m = _SCHEME.match(text)
-    if m:
+    word = scheme(text)
+    if word:
         raise Failure(
-            f"-checkpoint {_redact(text)}: the scheme {m.group(0)} is not supported: a root is s3://BUCKET/PREFIX "
+            f"-checkpoint {_redact(text)}: the scheme {word} is not supported: a root is s3://BUCKET/PREFIX "
             "or a POSIX path (put ./ in front of a relative path whose first element holds a colon)"
         )
     if "\0" in text:
@@ -150,7 +157,7 @@ def below(root: Root, text: str, cwd: str, what: str) -> str:
         if not rel or (root.prefix and not url.prefix.startswith(root.prefix + "/")):
             raise Failure(f"{what} {text}: not under the root {root.text}")
         return rel
-    if _SCHEME.match(text):
+    if scheme(text):
         raise Failure(f"{what} {_redact(text)}: the root is a POSIX path, so {what} must be a path under it")
     if "\0" in text:
         raise Failure(f"{what}: the path holds a NUL byte")

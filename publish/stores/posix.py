@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 
 from publish.errors import Failure
@@ -184,6 +183,8 @@ class PosixStore:
         full = self._full(path)
         try:
             if stat.S_ISDIR(st.st_mode):
+                import shutil  # only prune removes folders; shutil pulls in re
+
                 # rmtree works from directory descriptors here, so a link inside is removed, never followed.
                 shutil.rmtree(full)
             else:
