@@ -9,6 +9,10 @@ Fixtures (session-scoped servers, function-scoped buckets and proxies):
   new keys.  Rotating "the key in the store" is ``weed.set_identity("rotating", new_key, new_secret)``: the
   old key of that identity is refused (InvalidAccessKeyId) from then on.  Leave the ``admin`` identity alone;
   other tests share it.
+- ``server.shared_bucket()`` is one bucket per session for tests that work under a prefix of their own (a
+  new SeaweedFS bucket costs a volume allocation); ``server.create_bucket()`` makes a fresh one;
+  ``server.put_many(bucket, keys)`` fills one quickly; ``server.credentials(**changes)`` is a
+  :class:`Credentials` for it; ``server.client()`` a boto3 client (the reference client).
 - ``moto_s3``: moto's threaded server (accepts any key).
 - ``s3_server``: parametrized over both.
 - ``bucket``: a fresh bucket on ``s3_server``; ``weed_bucket``: a fresh bucket on SeaweedFS.
