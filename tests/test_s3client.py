@@ -14,18 +14,7 @@ import pytest
 
 from publish.errors import StoreError
 from publish.s3client import GET_LIMIT, S3Client
-from tests.servers import (  # noqa: F401 - fixtures
-    Drop,
-    FaultProxy,
-    ForwardThenDrop,
-    Respond,
-    S3Server,
-    Stall,
-    Weed,
-    fault_proxy,
-    moto_s3,
-    weed,
-)
+from tests.servers import Drop, FaultProxy, ForwardThenDrop, Respond, S3Server, Stall, Weed
 
 pytestmark = pytest.mark.s3
 
@@ -94,7 +83,7 @@ def test_listed_keys_and_prefixes_are_decoded(server: S3Server) -> None:
     assert sorted(folders.keys) == sorted(f"{p}/{k}" for k in ODD if "/" not in k)
 
 
-def test_list_asks_for_url_encoding(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_list_asks_for_url_encoding(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint)
     c.list(f"{p}/")
     assert fault_proxy.seen[0].query["encoding-type"] == "url"
@@ -104,7 +93,7 @@ def test_list_asks_for_url_encoding(weed: Weed, fault_proxy: FaultProxy) -> None
 # -- counts
 
 
-def test_a_full_list_is_one_request_per_1000_keys(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_a_full_list_is_one_request_per_1000_keys(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint)
     n = 2345
     weed.put_many(c.bucket, (f"{p}/k{i:05d}" for i in range(n)))
@@ -117,7 +106,7 @@ def test_a_full_list_is_one_request_per_1000_keys(weed: Weed, fault_proxy: Fault
     assert len(c.list(f"{p}/", max_keys=1, pages=1).keys) == 1
 
 
-def test_delete_objects_is_one_request_per_1000_keys(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_delete_objects_is_one_request_per_1000_keys(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint)
     m = 2001
     keys = [f"{p}/f{i}" for i in range(m)]
@@ -130,7 +119,7 @@ def test_delete_objects_is_one_request_per_1000_keys(weed: Weed, fault_proxy: Fa
     assert weed.client().list_objects_v2(Bucket=c.bucket, Prefix=p)["KeyCount"] == 0
 
 
-def test_a_per_key_delete_error_fails_naming_the_key(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_a_per_key_delete_error_fails_naming_the_key(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint)
     body = (
         '<?xml version="1.0" encoding="UTF-8"?><DeleteResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
@@ -147,7 +136,7 @@ def test_a_per_key_delete_error_fails_naming_the_key(weed: Weed, fault_proxy: Fa
 # -- size cap
 
 
-def test_get_refuses_an_object_over_the_cap_naming_key_and_size(weed: Weed) -> None:  # noqa: F811
+def test_get_refuses_an_object_over_the_cap_naming_key_and_size(weed: Weed) -> None:
     c, p = client(weed)
     weed.client().put_object(Bucket=c.bucket, Key=f"{p}/big", Body=b"\0" * (GET_LIMIT + 1))
     with pytest.raises(
@@ -164,8 +153,8 @@ def test_get_refuses_an_object_over_the_cap_naming_key_and_size(weed: Weed) -> N
 
 
 def test_another_4xx_fails_at_once_with_operation_key_code_message(
-    weed: Weed,  # noqa: F811
-    fault_proxy: FaultProxy,  # noqa: F811
+    weed: Weed,
+    fault_proxy: FaultProxy,
 ) -> None:
     c, p = client(weed, fault_proxy.endpoint, sleep=Waits())
     fault_proxy.add(Respond(403, "AccessDenied", "Access Denied."))
@@ -176,7 +165,7 @@ def test_another_4xx_fails_at_once_with_operation_key_code_message(
     assert fault_proxy.count() == 1
 
 
-def test_missing_bucket_is_an_error_not_an_empty_answer(weed: Weed) -> None:  # noqa: F811
+def test_missing_bucket_is_an_error_not_an_empty_answer(weed: Weed) -> None:
     c, _ = client(weed, bucket="no-such-bucket-" + uuid.uuid4().hex[:8])
     with pytest.raises(StoreError, match="NoSuchBucket"):
         c.list("x/")
@@ -191,7 +180,7 @@ def test_missing_bucket_is_an_error_not_an_empty_answer(weed: Weed) -> None:  # 
         ({"access_key_id": "AKIDNOTKNOWN0001"}, "InvalidAccessKeyId"),
     ],
 )
-def test_wrong_keys_are_refused(weed: Weed, changes: dict[str, str], code: str) -> None:  # noqa: F811
+def test_wrong_keys_are_refused(weed: Weed, changes: dict[str, str], code: str) -> None:
     creds = weed.credentials(**changes)
     c, p = client(weed, creds=creds)
     for call in (lambda: c.list(f"{p}/"), lambda: c.put_if_absent(f"{p}/e"), lambda: c.get(f"{p}/e")):
@@ -204,7 +193,7 @@ def test_wrong_keys_are_refused(weed: Weed, changes: dict[str, str], code: str) 
     assert e.value.code == code
 
 
-def test_expired_token_without_renewal_fails_at_once(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_expired_token_without_renewal_fails_at_once(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint)
     fault_proxy.add(Respond(400, "ExpiredToken", "The provided token has expired."), times=1)
     with pytest.raises(StoreError, match=": ExpiredToken: ") as e:
@@ -213,7 +202,7 @@ def test_expired_token_without_renewal_fails_at_once(weed: Weed, fault_proxy: Fa
     assert fault_proxy.count() == 1
 
 
-def test_session_token_is_sent(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_session_token_is_sent(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, creds=weed.credentials(endpoint=fault_proxy.endpoint, session_token="TOKEN-VALUE"))
     with pytest.raises(StoreError):
         c.list(f"{p}/")  # SeaweedFS refuses a session token it did not issue
@@ -237,8 +226,8 @@ def test_session_token_is_sent(weed: Weed, fault_proxy: FaultProxy) -> None:  # 
 )
 @pytest.mark.parametrize("kind", ["LIST", "GET", "HEAD", "DELETE", "DELETE_OBJECTS"])
 def test_idempotent_requests_are_retried(
-    weed: Weed,  # noqa: F811
-    fault_proxy: FaultProxy,  # noqa: F811
+    weed: Weed,
+    fault_proxy: FaultProxy,
     kind: str,
     action: Any,
 ) -> None:
@@ -258,14 +247,14 @@ def test_idempotent_requests_are_retried(
     assert waits.waits == [0.1, 0.2]  # exponential backoff (rand 1.0: the top of each range)
 
 
-def test_slowdown_with_any_status_is_retried(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_slowdown_with_any_status_is_retried(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint, sleep=Waits())
     fault_proxy.add(Respond(400, "SlowDown", "Reduce your request rate."), kind="LIST", times=1)
     assert c.list(f"{p}/").keys == []
     assert fault_proxy.count("LIST") == 2
 
 
-def test_backoff_is_jittered(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_backoff_is_jittered(weed: Weed, fault_proxy: FaultProxy) -> None:
     waits = Waits()
     c, p = client(weed, fault_proxy.endpoint, sleep=waits, rand=lambda: 0.0)
     fault_proxy.add(Respond(503, "SlowDown"), kind="LIST", times=3)
@@ -273,7 +262,7 @@ def test_backoff_is_jittered(weed: Weed, fault_proxy: FaultProxy) -> None:  # no
     assert waits.waits == [0.05, 0.1, 0.2]
 
 
-def test_retries_stop_when_the_time_is_out(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_retries_stop_when_the_time_is_out(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint)
     fault_proxy.add(Respond(500, "InternalError", "We encountered an internal error."), kind="GET")
     c.set_deadline(1.0)
@@ -284,7 +273,7 @@ def test_retries_stop_when_the_time_is_out(weed: Weed, fault_proxy: FaultProxy) 
     assert fault_proxy.count("GET") >= 3
 
 
-def test_retries_are_bounded_without_a_deadline(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_retries_are_bounded_without_a_deadline(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint, sleep=Waits())
     fault_proxy.add(Drop(), kind="GET")
     with pytest.raises(StoreError, match="gave up after 8 attempts"):
@@ -292,7 +281,7 @@ def test_retries_are_bounded_without_a_deadline(weed: Weed, fault_proxy: FaultPr
     assert fault_proxy.count("GET") == 8
 
 
-def test_a_plain_put_is_not_sent_twice(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_a_plain_put_is_not_sent_twice(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint, sleep=Waits())
     fault_proxy.add(Respond(503, "SlowDown"), kind="PUT", times=1)
     with pytest.raises(StoreError, match="SlowDown"):
@@ -301,7 +290,7 @@ def test_a_plain_put_is_not_sent_twice(weed: Weed, fault_proxy: FaultProxy) -> N
 
 
 @pytest.mark.parametrize("kind", ["LIST", "GET", "PUT_IF_NONE_MATCH"])
-def test_every_request_finishes_by_the_deadline(weed: Weed, fault_proxy: FaultProxy, kind: str) -> None:  # noqa: F811
+def test_every_request_finishes_by_the_deadline(weed: Weed, fault_proxy: FaultProxy, kind: str) -> None:
     c, p = client(weed, fault_proxy.endpoint)
     fault_proxy.add(Stall(30), kind=kind)
     c.set_deadline(0.8)
@@ -315,7 +304,7 @@ def test_every_request_finishes_by_the_deadline(weed: Weed, fault_proxy: FaultPr
     assert time.monotonic() - start < 1.0
 
 
-def test_a_deadline_already_past_sends_nothing(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_a_deadline_already_past_sends_nothing(weed: Weed, fault_proxy: FaultProxy) -> None:
     now = [100.0]
     c, p = client(weed, fault_proxy.endpoint, clock=lambda: now[0])
     c.set_deadline(5)
@@ -329,8 +318,8 @@ def test_a_deadline_already_past_sends_nothing(weed: Weed, fault_proxy: FaultPro
 
 
 def test_conditional_put_dropped_after_landing_is_already_published(
-    weed: Weed,  # noqa: F811
-    fault_proxy: FaultProxy,  # noqa: F811
+    weed: Weed,
+    fault_proxy: FaultProxy,
 ) -> None:
     c, p = client(weed, fault_proxy.endpoint, sleep=Waits())
     fault_proxy.add(ForwardThenDrop(), kind="PUT_IF_NONE_MATCH", times=1)
@@ -340,8 +329,8 @@ def test_conditional_put_dropped_after_landing_is_already_published(
 
 
 def test_conditional_put_dropped_before_landing_is_created(
-    weed: Weed,  # noqa: F811
-    fault_proxy: FaultProxy,  # noqa: F811
+    weed: Weed,
+    fault_proxy: FaultProxy,
 ) -> None:
     c, p = client(weed, fault_proxy.endpoint, sleep=Waits())
     fault_proxy.add(Drop(), kind="PUT_IF_NONE_MATCH", times=1)
@@ -351,8 +340,8 @@ def test_conditional_put_dropped_before_landing_is_created(
 
 @pytest.mark.parametrize(("conflicts", "rand"), [(1, 0.0), (3, 0.0), (3, 1.0)])
 def test_conflicts_are_sent_again_with_jittered_waits(
-    weed: Weed,  # noqa: F811
-    fault_proxy: FaultProxy,  # noqa: F811
+    weed: Weed,
+    fault_proxy: FaultProxy,
     conflicts: int,
     rand: float,
 ) -> None:
@@ -367,14 +356,14 @@ def test_conflicts_are_sent_again_with_jittered_waits(
     assert waits.waits == [lo if rand == 0.0 else hi for lo, hi in ranges]
 
 
-def test_conflicts_then_412_is_already_published(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_conflicts_then_412_is_already_published(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint, sleep=Waits())
     weed.client().put_object(Bucket=c.bucket, Key=f"{p}/pub/e", Body=b"")
     fault_proxy.add(Respond(409, "ConditionalRequestConflict"), times=2)
     assert c.put_if_absent(f"{p}/pub/e") is False
 
 
-def test_four_conflicts_fail(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_four_conflicts_fail(weed: Weed, fault_proxy: FaultProxy) -> None:
     waits = Waits()
     c, p = client(weed, fault_proxy.endpoint, sleep=waits, rand=lambda: 0.5)
     fault_proxy.add(Respond(409, "ConditionalRequestConflict", "A conflicting operation is in progress."))
@@ -387,7 +376,7 @@ def test_four_conflicts_fail(weed: Weed, fault_proxy: FaultProxy) -> None:  # no
     assert waits.waits == pytest.approx([0.075, 0.15, 0.3])
 
 
-def test_not_implemented_conditional_put_says_so(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_not_implemented_conditional_put_says_so(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint)
     fault_proxy.add(
         Respond(501, "NotImplemented", "A header you provided implies functionality that is not implemented")
@@ -397,14 +386,14 @@ def test_not_implemented_conditional_put_says_so(weed: Weed, fault_proxy: FaultP
     assert fault_proxy.count() == 1
 
 
-def test_conditional_put_sends_the_header(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_conditional_put_sends_the_header(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint)
     c.put_if_absent(f"{p}/pub/e")
     assert fault_proxy.seen[0].headers["if-none-match"] == "*"
     assert fault_proxy.seen[0].body == b""
 
 
-def test_a_listed_key_that_is_not_utf8_is_an_error(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_a_listed_key_that_is_not_utf8_is_an_error(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint)
     body = (
         '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
@@ -418,7 +407,7 @@ def test_a_listed_key_that_is_not_utf8_is_an_error(weed: Weed, fault_proxy: Faul
         c.list(f"{p}/")
 
 
-def test_a_truncated_listing_without_a_token_is_an_error(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_a_truncated_listing_without_a_token_is_an_error(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint)
     body = b"<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>"
     fault_proxy.add(Respond(200, body=body), kind="LIST")

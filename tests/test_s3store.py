@@ -13,15 +13,7 @@ from publish import layout
 from publish.creds.model import Credentials
 from publish.errors import StoreError
 from publish.stores.s3 import PROBE_NAME, S3Store
-from tests.servers import (  # noqa: F401 - fixtures
-    FaultProxy,
-    Respond,
-    S3Server,
-    Weed,
-    fault_proxy,
-    moto_s3,
-    weed,
-)
+from tests.servers import FaultProxy, Respond, S3Server, Weed
 from tests.store_contract import StoreContract
 
 pytestmark = pytest.mark.s3
@@ -47,34 +39,34 @@ def file_maker(server: S3Server, bucket: str, prefix: str) -> Callable[..., None
 
 class TestS3StoreOnSeaweedFS(StoreContract):
     @pytest.fixture
-    def store(self, weed: Weed) -> S3Store:  # noqa: F811
+    def store(self, weed: Weed) -> S3Store:
         self.bucket, self.prefix = weed.shared_bucket(), fresh_prefix()
         return make_store(weed, self.bucket, self.prefix)
 
     @pytest.fixture
-    def make_file(self, weed: Weed, store: S3Store) -> Callable[..., None]:  # noqa: F811
+    def make_file(self, weed: Weed, store: S3Store) -> Callable[..., None]:
         return file_maker(weed, self.bucket, self.prefix)
 
 
 class TestS3StoreOnMoto(StoreContract):
     @pytest.fixture
-    def store(self, moto_s3: S3Server) -> S3Store:  # noqa: F811
+    def store(self, moto_s3: S3Server) -> S3Store:
         self.bucket, self.prefix = moto_s3.shared_bucket(), fresh_prefix()
         return make_store(moto_s3, self.bucket, self.prefix)
 
     @pytest.fixture
-    def make_file(self, moto_s3: S3Server, store: S3Store) -> Callable[..., None]:  # noqa: F811
+    def make_file(self, moto_s3: S3Server, store: S3Store) -> Callable[..., None]:
         return file_maker(moto_s3, self.bucket, self.prefix)
 
 
 class TestS3StoreWithoutPrefix(StoreContract):
     @pytest.fixture
-    def store(self, weed: Weed) -> S3Store:  # noqa: F811
+    def store(self, weed: Weed) -> S3Store:
         self.bucket = weed.create_bucket()
         return make_store(weed, self.bucket, "")
 
     @pytest.fixture
-    def make_file(self, weed: Weed, store: S3Store) -> Callable[..., None]:  # noqa: F811
+    def make_file(self, weed: Weed, store: S3Store) -> Callable[..., None]:
         return file_maker(weed, self.bucket, "")
 
 
@@ -141,7 +133,7 @@ def test_holds_the_object_itself(server: S3Server, bucket: str, prefix: str) -> 
     assert not store.holds("exec/A/fil")
 
 
-def test_listing_more_than_a_page(weed: Weed) -> None:  # noqa: F811
+def test_listing_more_than_a_page(weed: Weed) -> None:
     bucket, prefix = weed.shared_bucket(), fresh_prefix()
     store = make_store(weed, bucket, prefix)
     names = {layout.name(0, i, f"exec/A/checkpoint-{i}") for i in range(1005)}
@@ -151,7 +143,7 @@ def test_listing_more_than_a_page(weed: Weed) -> None:  # noqa: F811
     assert store.client.sent["list"] == 2
 
 
-def test_remove_folder_in_batches_of_1000(weed: Weed) -> None:  # noqa: F811
+def test_remove_folder_in_batches_of_1000(weed: Weed) -> None:
     bucket, prefix = weed.shared_bucket(), fresh_prefix()
     store = make_store(weed, bucket, prefix)
     weed.put_many(bucket, (f"{prefix}/exec/A/s-1/f{i}" for i in range(1001)))
@@ -184,8 +176,8 @@ def test_concurrent_creates_of_one_entry_exactly_one_wins(server: S3Server, buck
 
 
 def test_probe_on_a_store_that_honours_conditional_writes(
-    weed: Weed,  # noqa: F811
-    fault_proxy: FaultProxy,  # noqa: F811
+    weed: Weed,
+    fault_proxy: FaultProxy,
 ) -> None:
     bucket, prefix = weed.shared_bucket(), fresh_prefix()
     store = make_store(
@@ -209,8 +201,8 @@ def test_probe_on_a_store_that_honours_conditional_writes(
     ],
 )
 def test_probe_names_the_step_that_failed(
-    weed: Weed,  # noqa: F811
-    fault_proxy: FaultProxy,  # noqa: F811
+    weed: Weed,
+    fault_proxy: FaultProxy,
     step: str,
     rule: dict[str, str],
     says: str,
@@ -225,8 +217,8 @@ def test_probe_names_the_step_that_failed(
 
 
 def test_probe_says_when_a_second_conditional_write_succeeds(
-    weed: Weed,  # noqa: F811
-    fault_proxy: FaultProxy,  # noqa: F811
+    weed: Weed,
+    fault_proxy: FaultProxy,
 ) -> None:
     bucket, prefix = weed.shared_bucket(), fresh_prefix()
     store = make_store(weed, bucket, prefix, creds=weed.credentials(endpoint=fault_proxy.endpoint))
@@ -237,8 +229,8 @@ def test_probe_says_when_a_second_conditional_write_succeeds(
 
 
 def test_probe_says_when_conditional_writes_are_not_implemented(
-    weed: Weed,  # noqa: F811
-    fault_proxy: FaultProxy,  # noqa: F811
+    weed: Weed,
+    fault_proxy: FaultProxy,
 ) -> None:
     bucket, prefix = weed.shared_bucket(), fresh_prefix()
     store = make_store(weed, bucket, prefix, creds=weed.credentials(endpoint=fault_proxy.endpoint))
@@ -249,7 +241,7 @@ def test_probe_says_when_conditional_writes_are_not_implemented(
         store.probe()
 
 
-def test_probe_on_moto(moto_s3: S3Server) -> None:  # noqa: F811
+def test_probe_on_moto(moto_s3: S3Server) -> None:
     bucket = moto_s3.create_bucket()
     make_store(moto_s3, bucket, "").probe()
     assert moto_s3.client().list_objects_v2(Bucket=bucket)["KeyCount"] == 0
@@ -272,7 +264,7 @@ class Renewer:
 
 
 @pytest.fixture
-def rotating(weed: Weed) -> Iterator[tuple[Weed, str, str]]:  # noqa: F811
+def rotating(weed: Weed) -> Iterator[tuple[Weed, str, str]]:
     weed.set_identity("rotating", "ROTATEKEY0000001", "rotate-secret-1")
     try:
         yield weed, weed.shared_bucket(), fresh_prefix()
@@ -281,7 +273,7 @@ def rotating(weed: Weed) -> Iterator[tuple[Weed, str, str]]:  # noqa: F811
 
 
 def test_a_rotated_key_is_renewed_and_the_request_sent_again(rotating: tuple[Weed, str, str]) -> None:
-    weed, bucket, prefix = rotating  # noqa: F811
+    weed, bucket, prefix = rotating
     old = weed.credentials(access_key_id="ROTATEKEY0000001", secret_access_key="rotate-secret-1")
     new = weed.credentials(access_key_id="ROTATEKEY0000002", secret_access_key="rotate-secret-2")
     renew = Renewer(new)
@@ -294,7 +286,7 @@ def test_a_rotated_key_is_renewed_and_the_request_sent_again(rotating: tuple[Wee
 
 
 def test_a_refused_head_is_recognised_as_a_rotated_key(rotating: tuple[Weed, str, str]) -> None:
-    weed, bucket, prefix = rotating  # noqa: F811
+    weed, bucket, prefix = rotating
     weed.client().put_object(Bucket=bucket, Key=f"{prefix}/exec/A/step-1/.metadata", Body=b"")
     old = weed.credentials(access_key_id="ROTATEKEY0000001", secret_access_key="rotate-secret-1")
     new = weed.credentials(access_key_id="ROTATEKEY0000003", secret_access_key="rotate-secret-3")
@@ -306,7 +298,7 @@ def test_a_refused_head_is_recognised_as_a_rotated_key(rotating: tuple[Weed, str
 
 
 def test_without_renew_the_first_refusal_fails(rotating: tuple[Weed, str, str]) -> None:
-    weed, bucket, prefix = rotating  # noqa: F811
+    weed, bucket, prefix = rotating
     creds = weed.credentials(access_key_id="NOSUCHKEY0000001", secret_access_key="x")
     with pytest.raises(StoreError, match=r"^store: list s3://.*/pub/: InvalidAccessKeyId") as e:
         make_store(weed, bucket, prefix, creds=creds).list_entries()
@@ -314,7 +306,7 @@ def test_without_renew_the_first_refusal_fails(rotating: tuple[Weed, str, str]) 
 
 
 def test_a_second_refusal_fails(rotating: tuple[Weed, str, str]) -> None:
-    weed, bucket, prefix = rotating  # noqa: F811
+    weed, bucket, prefix = rotating
     bad = weed.credentials(access_key_id="NOSUCHKEY0000001", secret_access_key="secret-value-1")
     renew = Renewer(weed.credentials(access_key_id="NOSUCHKEY0000002", secret_access_key="secret-value-2"))
     with pytest.raises(StoreError, match="InvalidAccessKeyId") as e:
@@ -324,8 +316,8 @@ def test_a_second_refusal_fails(rotating: tuple[Weed, str, str]) -> None:
 
 
 def test_renewal_to_another_endpoint_or_region_fails(
-    weed: Weed,  # noqa: F811
-    fault_proxy: FaultProxy,  # noqa: F811
+    weed: Weed,
+    fault_proxy: FaultProxy,
 ) -> None:
     bucket, prefix = weed.shared_bucket(), fresh_prefix()
     creds = weed.credentials(endpoint=fault_proxy.endpoint)
@@ -340,7 +332,7 @@ def test_renewal_to_another_endpoint_or_region_fails(
         assert renew.codes == ["ExpiredToken"]
 
 
-def test_expired_token_once_is_renewed(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_expired_token_once_is_renewed(weed: Weed, fault_proxy: FaultProxy) -> None:
     bucket, prefix = weed.shared_bucket(), fresh_prefix()
     fault_proxy.add(Respond(400, "ExpiredToken", "The provided token has expired."), times=1)
     renew = Renewer(weed.credentials(endpoint=fault_proxy.endpoint))
@@ -352,7 +344,7 @@ def test_expired_token_once_is_renewed(weed: Weed, fault_proxy: FaultProxy) -> N
     assert fault_proxy.count("PUT_IF_NONE_MATCH") == 2
 
 
-def test_a_renewer_that_fails_stops_the_request(weed: Weed, fault_proxy: FaultProxy) -> None:  # noqa: F811
+def test_a_renewer_that_fails_stops_the_request(weed: Weed, fault_proxy: FaultProxy) -> None:
     from publish.errors import CredentialsError
 
     bucket, prefix = weed.shared_bucket(), fresh_prefix()
