@@ -444,10 +444,10 @@ def test_keyboard_interrupt_after_ready_removes_it(
         monkeypatch.setattr(snapshots._fs, "fsync_dir", interrupted)
     else:
 
-        def interrupted_load(*args: Any) -> Any:
+        def interrupted_load(*args: Any, **kwargs: Any) -> Any:
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(_payload, "load", interrupted_load)
+        monkeypatch.setattr(torch, "load", interrupted_load)
     with pytest.raises(KeyboardInterrupt):
         snapshots.save_checkpoint(tmp_path, payload_for(2))
     monkeypatch.undo()

@@ -117,6 +117,12 @@ def _verify(meta: _Meta) -> dict[str, Any]:
     return payload
 
 
+def _verify_written(meta: _Meta) -> None:
+    """:func:`_verify` for a snapshot this process has just written (see ``_payload.verify_written``)."""
+    fp = _payload.verify_written(os.path.join(meta.path, PAYLOAD), meta.manifest)
+    _verified[meta.path] = (meta.ready, meta.manifest_bytes, fp)
+
+
 def _scan(root: str) -> list[_Meta | _Refused]:
     """Every entry of ``root`` named like a snapshot, newest first by (step, created_ns, name)."""
     entries: list[_Meta | _Refused] = []
@@ -256,7 +262,7 @@ def save_checkpoint(root: PathLike, payload: dict[str, Any], keep_last: int = 2)
         _fs.fsync_dir(directory)
         _fs.fsync_dir(path)
         new = _read_meta(directory, name)
-        _verify(new)
+        _verify_written(new)
     except BaseException:
         _invalidate(directory)
         raise

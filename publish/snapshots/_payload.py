@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import io
 import os
+import queue
 import threading
 from typing import Any
 
@@ -12,7 +14,8 @@ from . import _fs
 from ._format import SnapshotError, is_int
 
 _CHUNK = 4 << 20
-_PARALLEL_HASH = 8 << 20  # a write this large is hashed on a second thread while it goes to the file
+_PARALLEL_HASH = 8 << 20  # a write or read this large is hashed on a second thread while it goes on
+_GAP = 1 << 20  # a read this far past what is hashed: the gap is hashed first, so hashing stays in order
 
 
 def torch() -> Any:
@@ -74,6 +77,40 @@ def write(directory: str, name: str, payload: dict[str, Any]) -> tuple[str, int]
     return writer.sha256.hexdigest(), writer.size
 
 
+def _join(thread: threading.Thread) -> None:
+    """Wait for ``thread`` to end even through KeyboardInterrupt (re-raised after): it may be using memory
+    that is freed once the caller returns."""
+    interrupted: BaseException | None = None
+    while thread.is_alive():
+        try:
+            thread.join()
+        except BaseException as e:  # noqa: PERF203 - KeyboardInterrupt while waiting: wait on, then re-raise
+            interrupted = e
+    if interrupted is not None:
+        raise interrupted
+
+
+def _pread_into(fd: int, view: memoryview, offset: int) -> int:
+    """Fill ``view`` from ``offset`` on; fewer bytes only at the end of the file."""
+    got = 0
+    while got < len(view):
+        n = (
+            os.preadv(fd, [view[got:]], offset + got)
+            if hasattr(os, "preadv")
+            else _pread_copy(fd, view[got:], offset + got)
+        )
+        if n == 0:
+            break
+        got += n
+    return got
+
+
+def _pread_copy(fd: int, view: memoryview, offset: int) -> int:
+    data = os.pread(fd, len(view), offset)
+    view[: len(data)] = data
+    return len(data)
+
+
 class _Hasher(threading.Thread):
     """Reads a file descriptor with ``pread`` and hashes it, beside the load that reads the same file."""
 
@@ -86,22 +123,119 @@ class _Hasher(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        buf = bytearray(_CHUNK)
-        view = memoryview(buf)
+        view = memoryview(bytearray(_CHUNK))
         try:
             while not self.stop.is_set():
-                if hasattr(os, "preadv"):
-                    n = os.preadv(self.fd, [buf], self.size)
-                    chunk: bytes | memoryview = view[:n]
-                else:
-                    chunk = os.pread(self.fd, _CHUNK, self.size)
-                    n = len(chunk)
+                n = _pread_into(self.fd, view, self.size)
                 if n == 0:
                     return
-                self.sha256.update(chunk)
+                self.sha256.update(view[:n])
                 self.size += n
         except OSError as e:
             self.error = e
+
+
+class _HashingReader(io.RawIOBase):
+    """The file as ``torch.load`` reads it, hashed in file order from the very buffers the load fills.
+
+    torch reads the zip's small records, then each storage with one ``readinto`` straight into the tensor's
+    memory.  A read that starts at (or a little after) the end of what is hashed so far is hashed as it
+    arrives: a large one chunk by chunk on a second thread while the next chunk is read, so hashing overlaps
+    reading and no byte is copied twice.  Anything torch skips or reads out of order is hashed by
+    :meth:`finish` with ``pread``.  Every chunk is hashed before ``readinto`` returns, so the hash never
+    touches memory the load may free.
+    """
+
+    def __init__(self, fd: int, size: int) -> None:
+        super().__init__()
+        self.fd = fd
+        self.size = size  # as fstat said when opened; what the end of the file is for seek
+        self.pos = 0
+        self.hashed = 0  # bytes [0, hashed) are in sha256
+        self.sha256 = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise OSError(22, "Invalid argument")
+        self.pos = base + offset
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        offset = self.pos
+        if offset <= self.hashed < offset + len(view) or 0 < offset - self.hashed <= _GAP:
+            if offset > self.hashed:
+                self._hash_to(offset)
+            n = (
+                self._read_hashing(view, offset)
+                if offset <= self.hashed
+                else _pread_into(self.fd, view, offset)
+            )
+        else:
+            n = _pread_into(self.fd, view, offset)
+        self.pos = offset + n
+        return n
+
+    def _hash_to(self, end: int) -> None:
+        """Hash ``[hashed, end)`` with ``pread`` (a short gap torch did not read yet)."""
+        buf = memoryview(bytearray(min(_CHUNK, end - self.hashed)))
+        while self.hashed < end:
+            n = _pread_into(self.fd, buf[: end - self.hashed], self.hashed)
+            if n == 0:
+                return
+            self.sha256.update(buf[:n])
+            self.hashed += n
+
+    def _read_hashing(self, view: memoryview, offset: int) -> int:
+        """Read into ``view`` from ``offset`` (<= hashed), hashing the bytes from ``hashed`` on as they come."""
+        if len(view) < _PARALLEL_HASH:
+            n = _pread_into(self.fd, view, offset)
+            if offset + n > self.hashed:
+                self.sha256.update(view[self.hashed - offset : n])
+                self.hashed = offset + n
+            return n
+        chunks: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
+
+        def hash_chunks() -> None:
+            while (chunk := chunks.get()) is not None:
+                self.sha256.update(chunk)
+
+        hasher = threading.Thread(target=hash_chunks, daemon=True)
+        hasher.start()
+        got = 0
+        try:
+            while got < len(view):
+                n = _pread_into(self.fd, view[got : got + _CHUNK], offset + got)
+                if offset + got + n > self.hashed:
+                    chunks.put(view[self.hashed - offset : got + n])
+                    self.hashed = offset + got + n
+                got += n
+                if n < _CHUNK:
+                    break
+        finally:
+            chunks.put(None)
+            _join(hasher)
+        return got
+
+    def finish(self) -> tuple[str, int]:
+        """Hash whatever the load did not read, to the end of the file: (sha256 hex, bytes)."""
+        buf = memoryview(bytearray(_CHUNK))
+        while True:
+            n = _pread_into(self.fd, buf, self.hashed)
+            if n == 0:
+                return self.sha256.hexdigest(), self.hashed
+            self.sha256.update(buf[:n])
+            self.hashed += n
 
 
 Fingerprint = tuple[int, int, int, int, int]
@@ -112,10 +246,70 @@ def fingerprint(st: os.stat_result) -> Fingerprint:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def _check(path: str, manifest: dict[str, Any], size: int, digest: str, refused: str, payload: Any) -> None:
+    """A reader's verdict, in a reader's order: size, digest, then what weights-only loading said."""
+    if size != manifest["bytes"]:
+        raise SnapshotError(f"{path} holds {size} bytes, the manifest says {manifest['bytes']}")
+    if digest != manifest["sha256"]:
+        raise SnapshotError(f"{path}: SHA-256 differs from the manifest")
+    if refused:
+        raise SnapshotError(f"{path}: weights-only loading refused it: {refused}")
+    if not isinstance(payload, dict):
+        raise SnapshotError(f"{path} holds a {type(payload).__name__}, not a dict")
+    if not is_int(payload.get("step")) or payload["step"] != manifest["step"]:
+        step = payload.get("step")
+        raise SnapshotError(f"{path}: step {step!r} differs from the manifest's {manifest['step']}")
+
+
 def load(path: str, manifest: dict[str, Any]) -> tuple[dict[str, Any], Fingerprint]:
     """The payload at ``path``, checked against the manifest: size, SHA-256, weights-only load, step.
 
-    Also returns the fingerprint of the file as it was opened.
+    The file is read once: the weights-only load reads it through a :class:`_HashingReader`, and nothing
+    is returned before the digest and size checked.  Also returns the fingerprint of the file as opened.
+    """
+    torch_ = torch()
+    fd, st = _fs.open_regular(path)
+    try:
+        if st.st_size != manifest["bytes"]:
+            raise SnapshotError(f"{path} holds {st.st_size} bytes, the manifest says {manifest['bytes']}")
+        reader = _HashingReader(fd, st.st_size)
+        payload: Any = None
+        refused = ""
+        try:
+            payload = torch_.load(reader, weights_only=True, map_location="cpu")
+        except OSError as e:
+            raise SnapshotError(f"{path}: {e.strerror}") from None
+        except Exception as e:  # any failure of the load is this snapshot's fault
+            refused = _first_line(e)
+        try:
+            digest, size = reader.finish()
+        except OSError as e:
+            raise SnapshotError(f"{path}: {e.strerror}") from None
+        _check(path, manifest, size, digest, refused, payload)
+    finally:
+        os.close(fd)
+    return payload, fingerprint(st)
+
+
+def _fd_path(fd: int, path: str) -> str:
+    """A name that opens exactly the file behind ``fd`` where the system has one, else ``path``."""
+    proc = f"/proc/self/fd/{fd}"
+    return proc if os.path.exists(proc) else path
+
+
+def verify_written(path: str, manifest: dict[str, Any]) -> Fingerprint:
+    """Verify a payload this process has just written, as a reader would, without keeping a second copy.
+
+    The file is opened and read back from its start to its end by a second thread that hashes it, while
+    the weights-only unpickler runs over it with ``mmap=True``: every global it names, every storage record
+    it resolves, and the loaded dict with its step are checked as a full load checks them, but the storages
+    are mapped rather than copied into new memory (the bytes themselves are checked by the digest).  When
+    that load raises for any reason, the snapshot is verified again with :func:`load`, so every refusal is
+    the one a reader gives.  Returns the fingerprint of the file as opened.
     """
     torch_ = torch()
     fd, st = _fs.open_regular(path)
@@ -124,31 +318,27 @@ def load(path: str, manifest: dict[str, Any]) -> tuple[dict[str, Any], Fingerpri
             raise SnapshotError(f"{path} holds {st.st_size} bytes, the manifest says {manifest['bytes']}")
         hasher = _Hasher(fd)
         hasher.start()
-        payload: Any = None
-        refused: str = ""
         try:
-            with os.fdopen(os.dup(fd), "rb") as f:
-                payload = torch_.load(f, weights_only=True, map_location="cpu")
-        except Exception as e:  # any failure of the load is this snapshot's fault
-            refused = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            payload = torch_.load(_fd_path(fd, path), weights_only=True, map_location="cpu", mmap=True)
+        except Exception:
+            hasher.stop.set()
+            _join(hasher)
+            payload = None
         except BaseException:
             hasher.stop.set()
             raise
         finally:
-            hasher.join()
+            _join(hasher)
+        if payload is None:
+            return load(path, manifest)[1]
+        if fingerprint(os.lstat(path))[:2] != fingerprint(st)[:2]:
+            raise SnapshotError(f"{path} changed while it was being verified")
         if hasher.error is not None:
             raise SnapshotError(f"{path}: {hasher.error.strerror}")
-        if hasher.size != manifest["bytes"]:
-            raise SnapshotError(f"{path} holds {hasher.size} bytes, the manifest says {manifest['bytes']}")
-        if hasher.sha256.hexdigest() != manifest["sha256"]:
-            raise SnapshotError(f"{path}: SHA-256 differs from the manifest")
-        if refused:
-            raise SnapshotError(f"{path}: weights-only loading refused it: {refused}")
+        try:
+            _check(path, manifest, hasher.size, hasher.sha256.hexdigest(), "", payload)
+        finally:
+            del payload  # unmap before anything removes or renames files
     finally:
         os.close(fd)
-    if not isinstance(payload, dict):
-        raise SnapshotError(f"{path} holds a {type(payload).__name__}, not a dict")
-    if not is_int(payload.get("step")) or payload["step"] != manifest["step"]:
-        step = payload.get("step")
-        raise SnapshotError(f"{path}: step {step!r} differs from the manifest's {manifest['step']}")
-    return payload, fingerprint(st)
+    return fingerprint(st)
