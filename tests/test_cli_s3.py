@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 import signal
+import socket
+import ssl
 import threading
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ import pytest
 
 from publish import layout
 from tests.conftest import Result, Watch, remember_secret, run_cli
-from tests.netfixtures import Proxy, dead_port
+from tests.netfixtures import Proxy, TestCA, dead_port, relay
 from tests.servers import FaultProxy, Respond, S3Server, Weed
 
 pytestmark = pytest.mark.s3
@@ -399,3 +402,85 @@ def test_publish_path_too_long_for_an_s3_key_creates_nothing(s3root: Root) -> No
     r = s3root.run("publish", f"{s3root.url}/{rel}", "1")
     assert r.code == 1 and "too long" in r.err
     assert s3root.entries() == []
+
+
+class TLSFront:
+    """An HTTPS endpoint (certificate from a test CA) that relays each connection to the real server."""
+
+    def __init__(self, ca: TestCA, upstream: str) -> None:
+        from urllib.parse import urlsplit
+
+        u = urlsplit(upstream)
+        self.upstream = (u.hostname or "127.0.0.1", u.port or 80)
+        self.ctx = ca.server_ctx()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"https://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.handshakes = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        try:
+            tls = self.ctx.wrap_socket(conn, server_side=True)
+        except (OSError, ssl.SSLError):
+            conn.close()
+            return
+        self.handshakes += 1
+        with tls, socket.create_connection(self.upstream) as up:
+            relay(tls, up)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def https_root(weed: Weed, tmp_path: Path) -> Iterator[tuple[Root, TestCA, TLSFront]]:
+    ca = TestCA(tmp_path)
+    front = TLSFront(ca, weed.endpoint)
+    try:
+        yield Root(weed, tmp_path, endpoint=front.endpoint), ca, front
+    finally:
+        front.close()
+
+
+def test_https_endpoint_trusted_through_ssl_cert_file(https_root: tuple[Root, TestCA, TLSFront]) -> None:
+    root, ca, front = https_root
+    root.put("exec/A/c/x")
+    r = root.run("publish", f"{root.url}/exec/A/c", "1", env={"SSL_CERT_FILE": ca.pem})
+    assert r.code == 0, r.err
+    assert root.run("resolve", env={"SSL_CERT_FILE": ca.pem}).out == f"{root.url}/exec/A/c\n"
+    assert front.handshakes >= 2
+
+
+def test_https_endpoint_with_the_wrong_ca_is_refused(
+    https_root: tuple[Root, TestCA, TLSFront], tmp_path: Path
+) -> None:
+    root, _, _ = https_root
+    other = TestCA(tmp_path)
+    r = root.run("resolve", env={"SSL_CERT_FILE": other.pem})
+    assert r.code == 1 and r.out == ""
+    assert r.err.startswith("publish: store: ") and "certificate" in r.err.lower()
+
+
+def test_https_endpoint_through_an_https_proxy(
+    https_root: tuple[Root, TestCA, TLSFront], tmp_path: Path
+) -> None:
+    root, ca, front = https_root
+    root.put("exec/A/c/x")
+    # One CA file trusted for both the proxy's certificate and the store's.
+    proxy_ca = TestCA(tmp_path)
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_text(Path(ca.pem).read_text() + Path(proxy_ca.pem).read_text())
+    with Proxy(tls=proxy_ca) as proxy:
+        r = root.run(
+            "publish", "-proxy", proxy.url, f"{root.url}/exec/A/c", "1", env={"SSL_CERT_FILE": str(bundle)}
+        )
+        assert r.code == 0, r.err
+        assert proxy.connects and all(c.endswith(front.endpoint.rsplit(":", 1)[1]) for c in proxy.connects)
