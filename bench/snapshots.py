@@ -60,6 +60,7 @@ def main() -> int:
             payload["step"] = step
             snapshots.save_checkpoint(root, payload)
         times: dict[str, list[float]] = {"save": [], "base_save": [], "load": [], "base_load": []}
+        loadavg: list[float] = []
         for run in range(args.runs):
             payload["step"] = 3 + run
             # Alternate which goes first, so neither always follows the other's writeback.
@@ -73,14 +74,22 @@ def main() -> int:
             times["base_load"].append(t)
             t, _ = timed(snapshots.load, path)
             times["load"].append(t)
+            loadavg.append(os.getloadavg()[0])
             print(
-                f"run {run + 1}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()), file=sys.stderr
+                f"run {run + 1}: "
+                + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items())
+                + f", load average {loadavg[-1]:.1f}",
+                file=sys.stderr,
             )
         med = {k: statistics.median(v) for k, v in times.items()}
         size = plain.stat().st_size
         print(f"payload {size / (1 << 30):.2f} GiB, {args.runs} runs each, medians; {platform.platform()}")
         print(
             f"python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} CPUs, dir {work}"
+        )
+        print(
+            f"load average (1 min) during the runs: min {min(loadavg):.1f}, median "
+            f"{statistics.median(loadavg):.1f}, max {max(loadavg):.1f}"
         )
         print()
         print("| operation | baseline | publish.snapshots | ratio | target |")

@@ -18,7 +18,6 @@ import pytest
 import torch
 
 import publish.snapshots as snapshots
-from publish.snapshots import _payload
 
 pytestmark = pytest.mark.torch
 

@@ -14,6 +14,7 @@ from . import _fs
 from ._format import SnapshotError, is_int
 
 _CHUNK = 4 << 20
+_WRITE_CHUNK = 8 << 20
 _PARALLEL_HASH = 8 << 20  # a write or read this large is hashed on a second thread while it goes on
 _GAP = 1 << 20  # a read this far past what is hashed: the gap is hashed first, so hashing stays in order
 
@@ -40,17 +41,29 @@ class HashingWriter:
             raise
 
     def _write(self, view: memoryview) -> int:
-        if len(view) >= _PARALLEL_HASH:
-            # hashlib releases the GIL on large buffers: hash and write at the same time.
-            hasher = threading.Thread(target=self.sha256.update, args=(view,), daemon=True)
-            hasher.start()
-            try:
-                _fs.write_all(self.fd, view)
-            finally:
-                hasher.join()
-        else:
+        if len(view) < _PARALLEL_HASH:
             self.sha256.update(view)
             _fs.write_all(self.fd, view)
+        else:
+            # Written in chunks; each written chunk is hashed on a second thread while the next one is
+            # written (hashlib releases the GIL on large buffers).  All of it is hashed before this returns:
+            # ``view`` is torch's memory, valid only during the call.
+            chunks: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
+
+            def hash_chunks() -> None:
+                while (chunk := chunks.get()) is not None:
+                    self.sha256.update(chunk)
+
+            hasher = threading.Thread(target=hash_chunks, daemon=True)
+            hasher.start()
+            try:
+                for start in range(0, len(view), _WRITE_CHUNK):
+                    chunk = view[start : start + _WRITE_CHUNK]
+                    _fs.write_all(self.fd, chunk)
+                    chunks.put(chunk)
+            finally:
+                chunks.put(None)
+                _join(hasher)
         self.size += len(view)
         return len(view)
 
