@@ -82,6 +82,7 @@ def main() -> int:
         "folder": [str(folder / "bin" / "publish")],
         "python -m publish": [sys.executable, "-m", "publish"],
     }
+    baseline = {"python3 -I -c pass": [sys.executable, "-I", "-c", "pass"]}
     with tempfile.TemporaryDirectory() as tmp:
         root = make_root(Path(tmp))
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "TMPDIR": tmp}
@@ -97,7 +98,12 @@ def main() -> int:
         for form, base in forms.items():
             for name, argv in commands.items():
                 wall, cpu, rss = measure(base + argv, runs, env)
-                print(f"| {form} | {name} | {wall:.1f} | {cpu:.1f} | {rss:.1f} |")
+                print(f"| {form} | {name} | {wall:.1f} | {cpu:.1f} | {rss:.1f} |", flush=True)
+        for form, cmd in baseline.items():
+            wall, cpu, rss = measure(cmd, runs, env)
+            print(f"| {form} (baseline) | - | {wall:.1f} | {cpu:.1f} | {rss:.1f} |", flush=True)
+        print()
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     size = one.stat().st_size
     tree = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
     print()

@@ -38,11 +38,16 @@
 
 #define MAGIC "PUBLSHX1"
 #define TRAILER_SIZE 32 /* magic[8], index offset u64, index length u64, entry count u64 */
-#define ENTRY_HEAD 36   /* kind u8, pad[3], mode u32, offset u64, packed u64, size u64, path length u32 */
+#define ENTRY_HEAD 36 /* kind u8, codec u8, flags u8, pad, mode u32, offset u64, packed u64, size u64, path len u32 */
 #define KIND_DIR 0
 #define KIND_FILE 1
 #define KIND_LINK 2
-#define HOLD_FD 1021 /* the program's end of the cleanup pipe: high, out of the way of its own files */
+#define CODEC_RAW 0
+#define CODEC_LZ4 1
+#define CODEC_ZLIB 2  /* lazy members only: the program unpacks those itself (packaging/boot.py) */
+#define FLAG_LAZY 1   /* left in the file: the program unpacks it on first use */
+#define HOLD_FD 1021    /* the program's end of the cleanup pipe: high, out of the way of its own files */
+#define PAYLOAD_FD 1020 /* this file, left open for the program (interpreter form): its lazy members */
 
 extern char **environ;
 
@@ -66,7 +71,9 @@ static uint32_t get32(const unsigned char *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
-/* The LZ4 block format: literals and back-references, nothing else. Returns 0 when exactly dlen bytes came out. */
+/* The LZ4 block format: literals and back-references, nothing else. Returns 0 when exactly dlen bytes came out.
+   Short literal runs and matches are copied 16 bytes at a time where both buffers have room to spare (the
+   bytes past the end of a copy are overwritten by the next one); near the ends, byte by byte. */
 static int lz4_decode(const unsigned char *src, size_t slen, unsigned char *dst, size_t dlen) {
     const unsigned char *ip = src, *iend = src + slen;
     unsigned char *op = dst, *oend = dst + dlen;
@@ -82,7 +89,11 @@ static int lz4_decode(const unsigned char *src, size_t slen, unsigned char *dst,
             } while (b == 255);
         }
         if ((size_t)(iend - ip) < lit || (size_t)(oend - op) < lit) return -1;
-        memcpy(op, ip, lit);
+        if (lit <= 16 && iend - ip >= 16 && oend - op >= 16) {
+            memcpy(op, ip, 16);
+        } else {
+            memcpy(op, ip, lit);
+        }
         ip += lit;
         op += lit;
         if (ip == iend) break; /* the last sequence holds literals only */
@@ -102,12 +113,23 @@ static int lz4_decode(const unsigned char *src, size_t slen, unsigned char *dst,
         ml += 4;
         if ((size_t)(oend - op) < ml) return -1;
         const unsigned char *m = op - off;
-        if (off >= ml) {
-            memcpy(op, m, ml);
-            op += ml;
+        unsigned char *mend = op + ml;
+        if (off >= 16 && (size_t)(oend - op) >= ml + 16) {
+            do {
+                memcpy(op, m, 16);
+                op += 16;
+                m += 16;
+            } while (op < mend);
+        } else if (off >= 8 && (size_t)(oend - op) >= ml + 8) {
+            do {
+                memcpy(op, m, 8);
+                op += 8;
+                m += 8;
+            } while (op < mend);
         } else {
-            while (ml--) *op++ = *m++;
+            while (op < mend) *op++ = *m++;
         }
+        op = mend;
     }
     return op == oend ? 0 : -1;
 }
@@ -132,15 +154,20 @@ static void remove_tree(int parent, const char *name) {
     unlinkat(parent, name, AT_REMOVEDIR);
 }
 
-static int write_file(int dirfd, const char *path, unsigned mode, const unsigned char *data, uint64_t packed,
-                      uint64_t size) {
+static int write_file(int dirfd, const char *path, unsigned mode, unsigned codec, const unsigned char *data,
+                      uint64_t packed, uint64_t size) {
     int fd = openat(dirfd, path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode & 0777);
     if (fd < 0) return -1;
     int rc = 0;
     if (size > 0) {
         if (ftruncate(fd, (off_t)size) != 0) {
             rc = -1;
-        } else if (packed == size) {
+        } else if (codec == CODEC_RAW) {
+            if (packed != size) {
+                close(fd);
+                errno = EILSEQ;
+                return -1;
+            }
             size_t done = 0;
             while (done < size) {
                 ssize_t w = write(fd, data + done, size - done);
@@ -182,7 +209,7 @@ static int unpack(int dirfd, const unsigned char *base, uint64_t file_size, cons
     char path[PATH_MAX];
     for (uint64_t i = 0; i < count; i++) {
         if (end - p < ENTRY_HEAD) goto bad;
-        unsigned kind = p[0];
+        unsigned kind = p[0], codec = p[1], flags = p[2];
         unsigned mode = get32(p + 4);
         uint64_t off = get64(p + 8), packed = get64(p + 16), size = get64(p + 24);
         uint32_t plen = get32(p + 32);
@@ -196,7 +223,9 @@ static int unpack(int dirfd, const unsigned char *base, uint64_t file_size, cons
         if (kind == KIND_DIR) {
             if (mkdirat(dirfd, path, 0700) != 0) return -1;
         } else if (kind == KIND_FILE) {
-            if (write_file(dirfd, path, mode, base + off, packed, size) != 0) return -1;
+            if (flags & FLAG_LAZY) continue;
+            if (codec != CODEC_RAW && codec != CODEC_LZ4) goto bad;
+            if (write_file(dirfd, path, mode, codec, base + off, packed, size) != 0) return -1;
         } else if (kind == KIND_LINK) {
             char target[PATH_MAX];
             if (packed >= sizeof target) goto bad;
@@ -281,13 +310,14 @@ static char **program_env(void) {
     return env;
 }
 
-/* exec ROOT/ld-publish.so.1 on ROOT/publish in place; returns only on failure. */
-static void run_tree(const char *root, int argc, char **argv) {
-    static char loader[PATH_MAX], libs[PATH_MAX], prog[PATH_MAX];
+/* exec ROOT/ld-publish.so.1 on ROOT/publish in place; returns only on failure. payload >= 0: the one file,
+   open as that descriptor, for the program's lazy members. */
+static void run_tree(const char *root, int payload, int argc, char **argv) {
+    static char loader[PATH_MAX], libs[PATH_MAX], prog[PATH_MAX], xopt[64];
     snprintf(loader, sizeof loader, "%s/ld-publish.so.1", root);
     snprintf(libs, sizeof libs, "%s/_internal", root);
     snprintf(prog, sizeof prog, "%s/publish", root);
-    char **args = calloc((size_t)argc + 6, sizeof *args);
+    char **args = calloc((size_t)argc + 16, sizeof *args);
     if (!args) return;
     int k = 0;
     args[k++] = loader;
@@ -295,6 +325,22 @@ static void run_tree(const char *root, int argc, char **argv) {
     args[k++] = "--library-path";
     args[k++] = libs;
     args[k++] = prog;
+#ifdef PUBLISH_INTERPRETER
+    /* ROOT/publish is the Python interpreter itself (packaging/freeze.py python): isolated (no PYTHON*
+       variables, no user or site packages), then the package's entry point from ROOT/lib/pythonXY.zip */
+    args[k++] = "-I";
+    args[k++] = "-S";
+    if (payload >= 0) {
+        snprintf(xopt, sizeof xopt, "publish-payload=%d", payload);
+        args[k++] = "-X";
+        args[k++] = xopt;
+    }
+    args[k++] = "-c";
+    args[k++] = "import _publish_boot";
+#else
+    (void)payload;
+    (void)xopt;
+#endif
     for (int i = 1; i < argc; i++) args[k++] = argv[i];
     args[k] = NULL;
     execve(loader, args, program_env());
@@ -372,9 +418,14 @@ static int run_one_file(int self, int argc, char **argv) {
             remove_tree(AT_FDCWD, dir);
             continue;
         }
-        close(self);
         munmap((void *)base, size);
-        run_tree(dir, argc, argv);
+        int payload = -1;
+#ifdef PUBLISH_INTERPRETER
+        if (dup2(self, PAYLOAD_FD) == PAYLOAD_FD) payload = PAYLOAD_FD; /* dup2 leaves it open across exec */
+#endif
+        close(self);
+        run_tree(dir, payload, argc, argv);
+        if (payload >= 0) close(payload);
         /* exec refused here (a security module, a mount option statvfs does not show): try the next place */
         last_errno = errno;
         remove_tree(AT_FDCWD, dir);
@@ -418,7 +469,7 @@ int main(int argc, char **argv) {
     size_t len = strlen(root);
     if (len + sizeof "/libexec/publish" > sizeof root) return 1;
     memcpy(root + len, "/libexec/publish", sizeof "/libexec/publish");
-    run_tree(root, argc, argv);
+    run_tree(root, -1, argc, argv);
     say("publish: cannot start %s/ld-publish.so.1: %s\n", root, strerror(errno));
     return 1;
 }

@@ -1,0 +1,170 @@
+"""The first module the frozen interpreter runs: `ROOT/publish -I -S [-X publish-payload=FD] -c "import
+_publish_boot" ARGS` (packaging/launcher.c builds that command; the module is compiled into lib/pythonXY.zip).
+
+The modules every start needs are in ROOT/lib/pythonXY.zip, first on sys.path; the others (S3, Vault, TLS, ...)
+are in ROOT/lib/more.zip, which only the finder below reads, so that a POSIX verb never reads its directory.
+
+In the one-file form the launcher unpacks only what every verb needs (the interpreter, its C libraries,
+pythonXY.zip) and leaves the rest in the file: more.zip, the extension modules and the C libraries only they
+need (OpenSSL for TLS and hashlib, ...). It passes the file itself as descriptor FD. The finder below, last on
+sys.meta_path, so asked only for a module found nowhere else, unpacks such an extension module (and the
+libraries it needs), or more.zip, into the private directory the launcher made, on first use. A POSIX verb
+never pays for TLS. The folder form has every file on disk and passes no descriptor.
+
+The archive's format is written by packaging/freeze.py and read by packaging/launcher.c; keep the three in step.
+"""
+
+from __future__ import annotations
+
+import sys
+
+TYPE_CHECKING = False  # typing itself costs milliseconds at start
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
+MORE = "lib/more.zip"
+
+
+class _Finder:
+    """Last on sys.meta_path: finds what pythonXY.zip and lib-dynload do not hold. In the one-file form the
+    archive appended to the executable (descriptor fd, or -1) holds the members the launcher left packed."""
+
+    MAGIC = b"PUBLSHX1"
+    CODEC_ZLIB = 2
+    FLAG_LAZY = 1
+
+    def __init__(self, root: str, fd: int) -> None:
+        import _thread
+
+        self.root = root
+        self.fd = fd
+        self.table: dict[str, list[str]] | None = None  # extension module -> its member, then its libraries
+        self.index: dict[str, tuple[int, int, int, int, int]] = {}  # lazy member -> codec, mode, offset, ...
+        self.lock = _thread.allocate_lock()
+        self.busy: int | None = None  # the thread inside find_spec
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        import _thread
+
+        if self.busy == _thread.get_ident():
+            return None  # an import made by this finder itself (there should be none): not one of ours
+        with self.lock:
+            self.busy = _thread.get_ident()
+            try:
+                return self._find(name)
+            finally:
+                self.busy = None
+
+    def _find(self, name: str) -> ModuleSpec | None:
+        # the import system's own modules, always loaded (importlib itself may be in more.zip)
+        from _frozen_importlib import ModuleSpec
+        from _frozen_importlib_external import ExtensionFileLoader, PathFinder
+
+        if self.fd >= 0:
+            if self.table is None:
+                self._read()
+            assert self.table is not None
+            members = self.table.get(name)
+            if members:
+                for member in reversed(members):  # the libraries first, the module last
+                    self._unpack(member)
+                file = self.root + "/" + members[0]
+                spec = ModuleSpec(name, ExtensionFileLoader(name, file), origin=file)
+                spec.has_location = True
+                return spec
+            if MORE in self.index:
+                self._unpack(MORE)
+        # A module of more.zip, at the top or in a package that pythonXY.zip holds part of (publish.stores):
+        # the package's folder inside more.zip.
+        package = name.rpartition(".")[0]
+        where = "/".join([self.root, MORE, *package.split(".")]) if package else self.root + "/" + MORE
+        return PathFinder.find_spec(name, [where])
+
+    def _read(self) -> None:
+        # Only modules already loaded or built in: this runs inside an import, under the lock.
+        import os
+
+        def u(b: bytes) -> int:
+            return int.from_bytes(b, "little")
+
+        end = os.fstat(self.fd).st_size
+        trailer = os.pread(self.fd, 32, end - 32)
+        if trailer[:8] != self.MAGIC:
+            raise ImportError("the archive appended to this executable is damaged")
+        idx_off, idx_len, count = u(trailer[8:16]), u(trailer[16:24]), u(trailer[24:32])
+        raw = os.pread(self.fd, idx_len, idx_off)
+        pos = 0
+        for _ in range(count):
+            # kind u8, codec u8, flags u8, pad, mode u32, offset u64, packed u64, size u64, path length u32
+            e = raw[pos : pos + 36]
+            kind, codec, flags, mode = e[0], e[1], e[2], u(e[4:8])
+            off, packed, size, plen = u(e[8:16]), u(e[16:24]), u(e[24:32]), u(e[32:36])
+            pos += 36
+            path = raw[pos : pos + plen].decode()
+            pos += plen
+            if kind == 1 and flags & self.FLAG_LAZY:
+                self.index[path] = (codec, mode, off, packed, size)
+        table: dict[str, list[str]] = {}
+        if ".lazy" in self.index:
+            for line in self._data(".lazy").decode().splitlines():
+                name, *members = line.split()
+                table[name] = members
+        self.table = table
+
+    def _data(self, member: str) -> bytes:
+        import os
+        import zlib
+
+        codec, _, off, packed, size = self.index[member]
+        data = os.pread(self.fd, packed, off)
+        if codec == self.CODEC_ZLIB:
+            data = zlib.decompress(data)
+        if len(data) != size:
+            raise ImportError(f"the archive appended to this executable is damaged ({member})")
+        return data
+
+    def _unpack(self, member: str) -> None:
+        import os
+
+        target = self.root + "/" + member
+        if os.path.exists(target):
+            return
+        data = self._data(member)
+        part = target + ".part"
+        fd = os.open(
+            part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, self.index[member][1] & 0o700
+        )
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except BaseException:
+            os.close(fd)
+            os.unlink(part)
+            raise
+        os.close(fd)
+        os.rename(part, target)
+
+
+def _install() -> None:
+    fd = sys._xoptions.get("publish-payload")
+    payload = int(fd) if isinstance(fd, str) and fd.isdigit() else -1
+    if payload >= 0:
+        import os
+
+        try:
+            os.set_inheritable(payload, False)  # the program's own children never see it
+        except OSError:
+            payload = -1
+    sys.meta_path.append(_Finder(sys.prefix, payload))
+
+
+_install()
+
+from publish.cli import run  # noqa: E402
+
+sys.exit(run())
