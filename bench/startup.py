@@ -2,7 +2,9 @@
 
     python bench/startup.py [-n RUNS]
 
-Forms: dist/publish (one file), dist/publish-folder/bin/publish (folder), `python -m publish` (source).
+Forms: dist/publish (one file), dist/publish-folder/bin/publish (folder), `python -m publish` (source); and two
+baselines: this Python's `-I -c pass`, and the interpreter the folder carries running `-I -S -c pass` (what
+any start of the frozen program costs before the package's own imports).
 Commands: `publish version` and a POSIX `resolve` on a root with 100 publications. Each cell is the median
 of RUNS runs (default 30) after one warm-up run, so the page cache is warm. Run ./build first.
 """
@@ -82,7 +84,14 @@ def main() -> int:
         "folder": [str(folder / "bin" / "publish")],
         "python -m publish": [sys.executable, "-m", "publish"],
     }
-    baseline = {"python3 -I -c pass": [sys.executable, "-I", "-c", "pass"]}
+    tree = folder / "libexec" / "publish"
+    baseline = {
+        "python3 -I -c pass": [sys.executable, "-I", "-c", "pass"],
+        "the folder's interpreter, -I -S -c pass": [
+            *(str(tree / "ld-publish.so.1"), "--inhibit-cache", "--library-path", str(tree / "_internal")),
+            *(str(tree / "publish"), "-I", "-S", "-c", "pass"),
+        ],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         root = make_root(Path(tmp))
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "TMPDIR": tmp}

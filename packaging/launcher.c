@@ -2,16 +2,22 @@
  * The first code that runs when `publish` starts, linked statically so that it needs nothing from the node
  * but the kernel.
  *
- * A frozen tree (the PyInstaller or Nuitka folder plus the dynamic loader and C library it was built with)
- * is run as   ROOT/ld-publish.so.1 --inhibit-cache --library-path ROOT/_internal ROOT/publish ARGS...
- * so no library of the node is used: not its loader, not its libc, not its ld.so.cache.
+ * A frozen tree (the build Python's interpreter and compiled modules, or a PyInstaller or Nuitka folder, plus
+ * the dynamic loader and C library it was built with) is run as
+ *     ROOT/ld-publish.so.1 --inhibit-cache --library-path ROOT/_internal ROOT/publish [PYTHON ARGS] ARGS...
+ * so no library of the node is used: not its loader, not its libc, not its ld.so.cache. In the interpreter
+ * form (built with -DPUBLISH_INTERPRETER) ROOT/publish is the Python interpreter and PYTHON ARGS are
+ * `-I -S [-X publish-payload=FD] -c "import _publish_boot"` (packaging/boot.py).
  *
  * Two forms:
  *   folder:   no payload; ROOT is ../libexec/publish next to this file (links resolved).
- *   one file: the tree is appended to this file (LZ4 blocks, an index and a trailer). It is unpacked into
- *             a private directory on the first candidate filesystem that is writable and allows executables
- *             ($TMPDIR, /tmp, /dev/shm, $XDG_RUNTIME_DIR, /var/tmp, the binary's folder, $HOME), so a noexec
- *             /tmp is passed over. Each start has its own directory: concurrent starts share nothing.
+ *   one file: the tree is appended to this file (members LZ4-compressed or stored, an index and a trailer).
+ *             It is unpacked into a private directory on the first candidate filesystem that is writable and
+ *             allows executables ($TMPDIR, /tmp, /dev/shm, $XDG_RUNTIME_DIR, /var/tmp, the binary's folder,
+ *             $HOME), so a noexec /tmp is passed over. Each start has its own directory: concurrent starts
+ *             share nothing. Members flagged lazy (OpenSSL, extension modules, modules only S3 and Vault
+ *             use) are not unpacked here: this file stays open as descriptor FD and the program unpacks them
+ *             into the same directory on first import (packaging/boot.py).
  *
  * In both forms the loader is exec'd in place: the process keeps its pid, receives its signals directly and
  * its exit status is the program's. The one-file form removes its directory through a small detached process
@@ -154,51 +160,50 @@ static void remove_tree(int parent, const char *name) {
     unlinkat(parent, name, AT_REMOVEDIR);
 }
 
+static int write_all(int fd, const unsigned char *data, uint64_t size) {
+    uint64_t done = 0;
+    while (done < size) {
+        ssize_t w = write(fd, data + done, size - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        done += (uint64_t)w;
+    }
+    return 0;
+}
+
+/* One file: LZ4 members are decoded into a buffer kept for the next member, then written; a full filesystem
+   is then an ordinary write error (no mapping of the new file, so no SIGBUS), and no file is ever read back. */
 static int write_file(int dirfd, const char *path, unsigned mode, unsigned codec, const unsigned char *data,
                       uint64_t packed, uint64_t size) {
-    int fd = openat(dirfd, path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode & 0777);
-    if (fd < 0) return -1;
-    int rc = 0;
-    if (size > 0) {
-        if (ftruncate(fd, (off_t)size) != 0) {
-            rc = -1;
-        } else if (codec == CODEC_RAW) {
-            if (packed != size) {
-                close(fd);
-                errno = EILSEQ;
-                return -1;
-            }
-            size_t done = 0;
-            while (done < size) {
-                ssize_t w = write(fd, data + done, size - done);
-                if (w <= 0) {
-                    rc = -1;
-                    break;
-                }
-                done += (size_t)w;
-            }
-        } else {
-            /* ftruncate does not reserve blocks: a full filesystem shows up as SIGBUS on a mapping, so
-               the blocks are claimed first where the filesystem can say no. */
-            int e = posix_fallocate(fd, 0, (off_t)size);
-            if (e != 0 && e != EOPNOTSUPP && e != EINVAL) {
-                close(fd);
-                errno = e;
-                return -1;
-            }
-            void *out = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-            if (out == MAP_FAILED) {
-                rc = -1;
-            } else {
-                if (lz4_decode(data, packed, out, size) != 0) {
-                    errno = EILSEQ;
-                    rc = -1;
-                }
-                munmap(out, size);
-            }
+    static unsigned char *buf;
+    static uint64_t cap;
+    if (codec == CODEC_RAW ? packed != size : codec != CODEC_LZ4) {
+        errno = EILSEQ;
+        return -1;
+    }
+    if (codec == CODEC_LZ4 && size > cap) {
+        if (buf) munmap(buf, cap);
+        cap = size;
+        buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (buf == MAP_FAILED) {
+            buf = NULL;
+            cap = 0;
+            return -1;
         }
     }
-    if (close(fd) != 0) rc = -1;
+    if (codec == CODEC_LZ4 && lz4_decode(data, packed, buf, size) != 0) {
+        errno = EILSEQ;
+        return -1;
+    }
+    int fd = openat(dirfd, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode & 0777);
+    if (fd < 0) return -1;
+    int rc = write_all(fd, codec == CODEC_LZ4 ? buf : data, size);
+    int e = errno;
+    if (close(fd) != 0 && rc == 0) {
+        rc = -1;
+        e = errno;
+    }
+    errno = e;
     return rc;
 }
 
@@ -224,7 +229,6 @@ static int unpack(int dirfd, const unsigned char *base, uint64_t file_size, cons
             if (mkdirat(dirfd, path, 0700) != 0) return -1;
         } else if (kind == KIND_FILE) {
             if (flags & FLAG_LAZY) continue;
-            if (codec != CODEC_RAW && codec != CODEC_LZ4) goto bad;
             if (write_file(dirfd, path, mode, codec, base + off, packed, size) != 0) return -1;
         } else if (kind == KIND_LINK) {
             char target[PATH_MAX];
