@@ -356,6 +356,55 @@ def test_one_file_unpacks_tls_only_when_needed(binary: Path, tmp_path: Path) -> 
         proc.communicate(timeout=30)
 
 
+LAZY_PROBE = """
+import os, sys
+exec(open(sys.argv[1]).read().split("\\n_install()\\n")[0])  # packaging/boot.py up to its start-up
+_install()
+import encodings.idna, hashlib, http.client, json, ssl, uuid, xml.etree.ElementTree, publish.s3client
+assert "x".encode("idna") == b"x" and ssl.create_default_context() and hashlib.sha256(b"").digest()
+print(json.__file__)
+print(ssl._ssl.__file__)
+print(" ".join(sorted(os.listdir(sys.prefix + "/_internal"))))
+"""
+
+
+def test_lazy_members_are_unpacked_on_first_import(binary: Path, tmp_path: Path) -> None:
+    """packaging/boot.py's finder, on a tree holding only what the launcher unpacks and the one file open as
+    its payload: the modules of more.zip, the extension modules and OpenSSL come out on first import."""
+    tree = tmp_path / "tree"
+    shutil.copytree(FOLDER / "libexec" / "publish", tree, symlinks=True)
+    lazy = [tree / "lib" / "more.zip", *(tree / "lib").glob("python3.*/lib-dynload/*.so")]
+    lazy += [tree / "_internal" / n for n in ("libcrypto.so.3", "libssl.so.3")]
+    for p in lazy:
+        p.unlink()
+    with open(binary, "rb") as payload:
+        r = subprocess.run(
+            [
+                *(
+                    str(tree / "ld-publish.so.1"),
+                    "--inhibit-cache",
+                    "--library-path",
+                    str(tree / "_internal"),
+                ),
+                *(str(tree / "publish"), "-I", "-S", "-X", f"publish-payload={payload.fileno()}"),
+                *("-c", LAZY_PROBE, str(REPO / "packaging" / "boot.py")),
+            ],
+            capture_output=True,
+            text=True,
+            pass_fds=(payload.fileno(),),
+            env=env_for(tmp_path),
+        )
+    assert r.returncode == 0, r.stderr
+    json_file, ssl_file, libs = r.stdout.splitlines()
+    assert json_file == f"{tree}/lib/more.zip/json/__init__.pyc"
+    assert ssl_file.startswith(f"{tree}/lib/python3.") and "/lib-dynload/_ssl." in ssl_file
+    assert {"libcrypto.so.3", "libssl.so.3"} <= set(libs.split())
+    assert not (
+        tree / "lib" / "python3.11" / "lib-dynload" / "_decimal.cpython-311-x86_64-linux-gnu.so"
+    ).exists()
+    assert not list(tree.rglob("*.part"))
+
+
 def test_sigkill_still_leaves_nothing(binary: Path, tmp_path: Path) -> None:
     tmpdir = tmp_path / "t"
     tmpdir.mkdir()
