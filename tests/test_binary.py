@@ -399,9 +399,7 @@ def test_lazy_members_are_unpacked_on_first_import(binary: Path, tmp_path: Path)
     assert json_file == f"{tree}/lib/more.zip/json/__init__.pyc"
     assert ssl_file.startswith(f"{tree}/lib/python3.") and "/lib-dynload/_ssl." in ssl_file
     assert {"libcrypto.so.3", "libssl.so.3"} <= set(libs.split())
-    assert not (
-        tree / "lib" / "python3.11" / "lib-dynload" / "_decimal.cpython-311-x86_64-linux-gnu.so"
-    ).exists()
+    assert list((tree / "lib").glob("python3.*/lib-dynload/_decimal.*")) == []  # only what was imported
     assert not list(tree.rglob("*.part"))
 
 
