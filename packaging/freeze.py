@@ -220,7 +220,9 @@ def hot_modules(repo: Path) -> set[str]:
             ["resolve", "-checkpoint", str(root)],
             ["resolve", "-checkpoint", tmp + "/no"],
         ):
-            subprocess.run([sys.executable, "-I", "-S", "-c", code, *args], capture_output=True, cwd=tmp)
+            r = subprocess.run([sys.executable, "-I", "-S", "-c", code, *args], capture_output=True, cwd=tmp)
+            if args == ["version"] and r.returncode != 0:
+                raise SystemExit(f"freeze: `publish version` fails from the source:\n{r.stderr.decode()}")
         found.update(out.read_text().split())
     return found
 
