@@ -5,7 +5,8 @@
 #   docker build --output dist .        leaves dist/publish and dist/publish-folder/
 FROM quay.io/pypa/manylinux2014_x86_64 AS build
 
-# PyInstaller needs a shared libpython, which the image's /opt/python builds lack: build CPython 3.11 with
+# ./build bundles the build Python's own interpreter and libpython (and PyInstaller, with ./build pyinstaller,
+# needs a shared libpython too), which the image's /opt/python builds lack: build CPython 3.11 with
 # --enable-shared (no RUNPATH: the library goes into /usr/local/lib, found through ld.so.conf), against
 # OpenSSL 1.1 from EPEL. glibc-static links the launcher.
 ARG PYTHON_VERSION=3.11.9
