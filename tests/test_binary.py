@@ -101,10 +101,10 @@ def publish_entry(root: Path, save: str, step: int, epoch: int = 0) -> None:
 class Chroot:
     """A directory holding only the one-file binary, /proc (mounted) and /tmp: nothing else of a system."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, binary: Path = BIN) -> None:
         self.dir = base / "jail"
         self.dir.mkdir()
-        shutil.copy2(BIN, self.dir / "publish")
+        shutil.copy2(binary, self.dir / "publish")
         for sub in ("proc", "tmp"):
             (self.dir / sub).mkdir()
         os.chmod(self.dir / "tmp", 0o1777)
@@ -655,3 +655,93 @@ def test_module_load_puts_publish_on_path(binary: Path, tmp_path: Path, kind: st
     script = r.stdout + "\npublish version\n"
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env)
     assert out.stdout.endswith(VERSION_LINE), (r.stdout, out.stderr)
+
+
+@pytest.fixture(scope="module")
+def modulecmd(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Environment Modules' own modulecmd.tcl, unpacked from Debian's package without installing it (the
+    package conflicts with lmod), run by tclsh."""
+    if not shutil.which("tclsh") and os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "install", "-y", "-qq", "tcl"], capture_output=True)
+    tclsh = shutil.which("tclsh")
+    if not tclsh or not shutil.which("apt-get") or not shutil.which("dpkg"):
+        unavailable("Environment Modules needs tclsh, apt-get and dpkg (Debian: tcl)")
+    where = tmp_path_factory.mktemp("environment-modules")
+    os.chmod(where, 0o755)  # apt-get download hands the file over to the _apt user
+    r = subprocess.run(
+        ["apt-get", "download", "environment-modules"], cwd=where, capture_output=True, text=True
+    )
+    debs = glob.glob(str(where / "environment-modules_*.deb"))
+    if r.returncode != 0 or not debs:
+        unavailable(f"apt-get download environment-modules failed: {r.stderr.strip()}")
+    subprocess.run(["dpkg", "-x", debs[0], str(where / "root")], check=True, capture_output=True)
+    found = glob.glob(str(where / "root" / "usr" / "lib" / "*" / "modulecmd.tcl"))
+    if not found:
+        unavailable("the environment-modules package holds no modulecmd.tcl")
+    return [str(tclsh), found[0]]
+
+
+def test_environment_modules_loads_and_unloads_the_tcl_file(
+    binary: Path, tmp_path: Path, modulecmd: list[str]
+) -> None:
+    """The Tcl module file through Environment Modules itself, not through Lmod's reading of it."""
+    prefix = tmp_path / "sw"
+    subprocess.run(
+        [str(REPO / "packaging" / "install-module"), str(prefix), "9.8.7"], check=True, capture_output=True
+    )
+    for lua in (prefix / "modulefiles").rglob("*.lua"):
+        lua.unlink()  # the Tcl file alone
+    env = {"PATH": "/usr/bin:/bin", "MODULEPATH": str(prefix / "modulefiles"), "HOME": str(tmp_path)}
+    script = (
+        f"module() {{ eval \"$('{modulecmd[0]}' '{modulecmd[1]}' sh \"$@\")\"; }}\n"
+        "module load publish || exit 3\n"
+        'echo "PATH=$PATH"\n'
+        "publish version || exit 4\n"
+        "module unload publish || exit 5\n"
+        'echo "PATH=$PATH"\n'
+        "command -v publish && exit 6\n"
+        "exit 0\n"
+    )
+    r = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    home = prefix / "publish" / "9.8.7"
+    assert r.stdout.splitlines() == [
+        f"PATH={home}/bin:/usr/bin:/bin",
+        VERSION_LINE.strip(),
+        "PATH=/usr/bin:/bin",
+    ]
+    assert "ERROR" not in r.stderr, r.stderr
+
+
+# --- what a whole-cgroup kill leaves ------------------------------------------------------------------------
+
+
+def test_clean_unpacked_removes_only_directories_no_process_uses(binary: Path, tmp_path: Path) -> None:
+    """packaging/clean-unpacked, for a job epilog: the cleaner dies with the job when the batch system kills
+    the job's whole cgroup, and the unpack directory stays."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = start_watch(binary, tmp_path, tmpdir)
+    try:
+        running = running_program(proc)
+        orphan = tmpdir / ".publish-Ab12Cd"
+        (orphan / "lib").mkdir(parents=True)
+        (orphan / "lib" / "x.so").write_bytes(b"\0" * 64)
+        young = tmpdir / ".publish-Ef34Gh"
+        young.mkdir()
+        old = time.time() - 600
+        for d in (orphan, running):
+            os.utime(d, (old, old))
+        script = str(REPO / "packaging" / "clean-unpacked")
+        r = subprocess.run([script, str(tmpdir)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert not orphan.exists()
+        assert running.is_dir() and young.is_dir()
+        assert r.stdout == f"clean-unpacked: removed {orphan}\n"
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+    assert wait_gone({str(running)}) == set()
+    r = subprocess.run([script, "-m", "x", str(tmpdir)], capture_output=True, text=True)
+    assert r.returncode == 2 and "bad age" in r.stderr
