@@ -668,9 +668,16 @@ def modulecmd(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
         unavailable("Environment Modules needs tclsh, apt-get and dpkg (Debian: tcl)")
     where = tmp_path_factory.mktemp("environment-modules")
     os.chmod(where, 0o755)  # apt-get download hands the file over to the _apt user
-    r = subprocess.run(
-        ["apt-get", "download", "environment-modules"], cwd=where, capture_output=True, text=True
-    )
+
+    def download() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["apt-get", "download", "environment-modules"], cwd=where, capture_output=True, text=True
+        )
+
+    r = download()
+    if r.returncode != 0 and os.geteuid() == 0:  # a machine whose package lists were never fetched
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True)
+        r = download()
     debs = glob.glob(str(where / "environment-modules_*.deb"))
     if r.returncode != 0 or not debs:
         unavailable(f"apt-get download environment-modules failed: {r.stderr.strip()}")
