@@ -267,3 +267,38 @@ def dead_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class TLSFront:
+    """TLS on a loopback port in front of a real server (SeaweedFS, moto): each connection is decrypted here
+    and its bytes relayed to ``upstream``.  ``endpoint`` is its https:// URL; ``handshakes`` counts clients."""
+
+    def __init__(self, upstream: tuple[str, int], context: ssl.SSLContext) -> None:
+        self.upstream = upstream
+        self.context = context
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.endpoint = f"https://127.0.0.1:{self.port}"
+        self.handshakes = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            tls = self.context.wrap_socket(conn, server_side=True)
+        except (OSError, ssl.SSLError):
+            conn.close()
+            return
+        self.handshakes += 1
+        with tls, socket.create_connection(self.upstream) as up:
+            relay(tls, up)
+
+    def close(self) -> None:
+        self.sock.close()

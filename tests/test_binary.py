@@ -6,17 +6,14 @@ and page-cache parts need root (CI runs as root).
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import shutil
 import signal
-import socket
 import ssl
 import struct
 import subprocess
 import sys
-import threading
 import time
 import zipfile
 from collections.abc import Iterator
@@ -26,7 +23,8 @@ import pytest
 
 import publish
 from publish import layout
-from tests.servers import Moto, moto_s3  # noqa: F401 - fixture
+from tests.netfixtures import TLSFront
+from tests.servers import Moto
 
 pytestmark = pytest.mark.binary
 
@@ -450,52 +448,6 @@ def test_64_concurrent_cold_starts(binary: Path, tmp_path: Path) -> None:
 
 
 # --- TLS trust (addendum 7) ---------------------------------------------------------------------------------
-
-
-class TLSFront:
-    """TLS in front of a real S3 server: accepts TLS on a loopback port and pipes the bytes to the server."""
-
-    def __init__(self, upstream: tuple[str, int], context: ssl.SSLContext) -> None:
-        self.upstream = upstream
-        self.context = context
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.closed:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        try:
-            tls = self.context.wrap_socket(conn, server_side=True)
-        except (OSError, ssl.SSLError):
-            conn.close()
-            return
-        up = socket.create_connection(self.upstream)
-
-        def pump(a: socket.socket, b: socket.socket) -> None:
-            try:
-                while data := a.recv(65536):
-                    b.sendall(data)
-            except OSError:
-                pass
-            finally:
-                for s in (a, b):
-                    with contextlib.suppress(OSError):
-                        s.shutdown(socket.SHUT_RDWR)
-
-        threading.Thread(target=pump, args=(up, tls), daemon=True).start()
-        pump(tls, up)
-
-    def close(self) -> None:
-        self.closed = True
-        self.sock.close()
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 import signal
-import socket
-import ssl
 import threading
 import uuid
 from collections.abc import Iterator
@@ -17,7 +15,7 @@ import pytest
 
 from publish import layout
 from tests.conftest import Result, Watch, remember_secret, run_cli
-from tests.netfixtures import Proxy, TestCA, dead_port, relay
+from tests.netfixtures import Proxy, TestCA, TLSFront, dead_port
 from tests.servers import FaultProxy, Respond, S3Server, Weed
 
 pytestmark = pytest.mark.s3
@@ -404,46 +402,10 @@ def test_publish_path_too_long_for_an_s3_key_creates_nothing(s3root: Root) -> No
     assert s3root.entries() == []
 
 
-class TLSFront:
-    """An HTTPS endpoint (certificate from a test CA) that relays each connection to the real server."""
-
-    def __init__(self, ca: TestCA, upstream: str) -> None:
-        from urllib.parse import urlsplit
-
-        u = urlsplit(upstream)
-        self.upstream = (u.hostname or "127.0.0.1", u.port or 80)
-        self.ctx = ca.server_ctx()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.endpoint = f"https://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.handshakes = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        try:
-            tls = self.ctx.wrap_socket(conn, server_side=True)
-        except (OSError, ssl.SSLError):
-            conn.close()
-            return
-        self.handshakes += 1
-        with tls, socket.create_connection(self.upstream) as up:
-            relay(tls, up)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.fixture
 def https_root(weed: Weed, tmp_path: Path) -> Iterator[tuple[Root, TestCA, TLSFront]]:
     ca = TestCA(tmp_path)
-    front = TLSFront(ca, weed.endpoint)
+    front = TLSFront(("127.0.0.1", int(weed.endpoint.rsplit(":", 1)[1])), ca.server_ctx())
     try:
         yield Root(weed, tmp_path, endpoint=front.endpoint), ca, front
     finally:
