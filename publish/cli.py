@@ -215,12 +215,13 @@ def _execute(run: _Run, say: Say, stop: threading.Event | None) -> None:
             if not attempt:
                 raise UsageError("no SAVES argument and no attempt: give -attempt or set DISPATCH_ATTEMPT")
             saves = f"{EXEC}/{_check_attempt(attempt)}"
-    step = 0
+    step, path = 0, ""
     if verb == "publish":
         try:
             step = _decimal("STEP")(run.args[1])
         except ValueError as e:
             raise UsageError(f"invalid STEP {run.args[1]!r}: {e}") from None
+        path = roots.below(root, run.args[0], run.cwd, "SAVE")  # before any credential source is tried
 
     store, source = _open_store(run, root, say, started + timeout, renew=(verb == "watch"))
     if verb != "watch":
@@ -238,7 +239,6 @@ def _execute(run: _Run, say: Say, stop: threading.Event | None) -> None:
     elif verb == "publish":
         from publish.verbs.publish import publish
 
-        path = roots.below(root, run.args[0], run.cwd, "SAVE")
         publish(store, say, path, epoch, step)
     elif verb == "prune":
         from publish.verbs.prune import prune

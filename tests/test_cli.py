@@ -520,3 +520,10 @@ def test_prune_removes_entry_whose_folder_is_already_gone(root: Path) -> None:
     r = run_cli("prune", "-checkpoint", str(root), "-keep", "1")
     assert (r.code, r.out) == (0, "")
     assert entries(root) == [layout.name(0, 2, "exec/A/checkpoint-2")]
+
+
+def test_save_outside_an_s3_root_fails_before_any_credential_source(tmp_path: Path) -> None:
+    r = run_cli(
+        "publish", "-checkpoint", "s3://bucket/run", "-creds", f"file:{tmp_path}/none", "s3://other/x", "1"
+    )
+    assert r.code == 1 and "not under the root" in r.err and "credentials" not in r.err
