@@ -127,3 +127,21 @@ def test_pub_that_is_a_file_is_an_error(store: PosixStore, root: Path) -> None:
     (root / "pub").write_text("")
     with pytest.raises(Failure, match="pub is not a directory"):
         store.list_entries()
+
+
+def test_read_at_most_reads_whole_files_up_to_the_limit(tmp_path: Path) -> None:
+    from publish.fileio import read_at_most
+
+    for size, limit, expected in [
+        (0, 0, b""),
+        (5, 5, b"x" * 5),
+        (6, 5, None),
+        (3 << 20, 3 << 20, b"x" * (3 << 20)),
+    ]:
+        p = tmp_path / f"f{size}-{limit}"
+        p.write_bytes(b"x" * size)
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            assert read_at_most(fd, limit) == expected
+        finally:
+            os.close(fd)

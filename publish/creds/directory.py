@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from publish.creds.model import Credentials
 from publish.creds.sources import FIELDS, NotAnswering, credentials_from_fields
 from publish.errors import CredentialsError
+from publish.fileio import read_at_most
 
 # A session token is a few KiB at most; anything much larger is not a credential file.
 MAX_FILE = 64 * 1024
@@ -124,17 +125,10 @@ class DirectorySource:
             os.close(fd)
 
     def _read(self, fd: int, name: str) -> bytes:
-        chunks = []
-        size = 0
-        while size <= MAX_FILE:
-            chunk = os.read(fd, MAX_FILE + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_FILE:
+        data = read_at_most(fd, MAX_FILE)
+        if data is None:
             raise self._refuse(f"{name} is larger than {MAX_FILE} bytes")
-        return b"".join(chunks)
+        return data
 
     def _check_private(self, what: str, st: os.stat_result) -> None:
         uid = os.geteuid()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import stat
 
+from publish.fileio import read_at_most
+
 from ._format import SnapshotError
 
 _REPARSE_POINT = 0x400  # FILE_ATTRIBUTE_REPARSE_POINT, Windows only
@@ -99,17 +101,10 @@ def read_limited(path: str, limit: int) -> bytes:
     try:
         if st.st_size > limit:
             raise SnapshotError(f"{path} is over {limit} bytes")
-        chunks = []
-        total = 0
-        while total <= limit:
-            chunk = os.read(fd, limit + 1 - total)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > limit:
+        data = read_at_most(fd, limit)
+        if data is None:
             raise SnapshotError(f"{path} is over {limit} bytes")
-        return b"".join(chunks)
+        return data
     finally:
         os.close(fd)
 

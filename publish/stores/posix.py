@@ -6,6 +6,7 @@ import os
 import stat
 
 from publish.errors import Failure
+from publish.fileio import read_at_most
 from publish.layout import POSIX_NAME_MAX
 from publish.stores.base import PUB, Removal
 
@@ -145,16 +146,10 @@ class PosixStore:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise Failure(f"{full} is not a regular file")
-            chunks, size = [], 0
-            while size <= limit:
-                chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-            if size > limit:
+            data = read_at_most(fd, limit)
+            if data is None:
                 raise Failure(f"{full} is over {limit} bytes")
-            return b"".join(chunks)
+            return data
         except OSError as e:
             raise Failure(f"{full}: {_why(e)}") from None
         finally:
