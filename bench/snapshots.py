@@ -1,8 +1,8 @@
 """Save and load of a 1 GiB payload: publish.snapshots against torch.save + fsync and torch.load alone.
 
-    python bench/snapshots.py [DIR] [--runs N] [--gib G]
+    python bench/snapshots.py [DIR] [--runs N] [--gib G] [--no-warm]
 
-Runs alternate (baseline then library, library then baseline, ...) in one process and the medians are printed as a markdown
+Runs alternate (baseline then library, library then baseline, ...; for saves and for loads) in one process and the medians are printed as a markdown
 table.  The library's save is measured in steady state with keep_last=2: two snapshots exist before each
 save, so each save also verifies the new one and removes the oldest.
 """
@@ -37,6 +37,14 @@ def baseline_save(path: Path, payload: dict[str, object]) -> float:
     return time.perf_counter() - start
 
 
+def warm_memory(elements: int) -> None:
+    """Touch and free as much memory as a load allocates, so that the load which follows gets pages the
+    kernel has just freed rather than pages a ballooned VM's host has taken back (which can take seconds
+    to fault in again, and would fall on whichever load happens to go first)."""
+    block = torch.ones(elements)
+    del block
+
+
 def timed(fn, *args):  # type: ignore[no-untyped-def]
     start = time.perf_counter()
     result = fn(*args)
@@ -48,6 +56,9 @@ def main() -> int:
     parser.add_argument("dir", nargs="?", default=None)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--gib", type=float, default=1.0)
+    parser.add_argument(
+        "--no-warm", dest="warm", action="store_false", help="do not touch fresh memory before each load"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="snapbench-", dir=args.dir))
     try:
@@ -70,10 +81,15 @@ def main() -> int:
             times["save"].append(t)
             if run % 2 == 1:
                 times["base_save"].append(baseline_save(plain, payload))
-            t, _ = timed(lambda: torch.load(plain, weights_only=True, map_location="cpu"))
-            times["base_load"].append(t)
-            t, _ = timed(snapshots.load, path)
-            times["load"].append(t)
+            loads = [
+                ("base_load", lambda: torch.load(plain, weights_only=True, map_location="cpu")),
+                ("load", lambda path=path: snapshots.load(path)),
+            ]
+            for key, load in loads if run % 2 == 0 else loads[::-1]:
+                if args.warm:
+                    warm_memory(elements)
+                t, _ = timed(load)
+                times[key].append(t)
             loadavg.append(os.getloadavg()[0])
             print(
                 f"run {run + 1}: "

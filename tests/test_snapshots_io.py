@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import os
 import random
+import sys
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import publish.snapshots as snapshots
-from publish.snapshots import _payload
+from publish.snapshots import _payload, _save
 
 pytestmark = pytest.mark.torch
 
@@ -27,7 +28,16 @@ def payload_for(step: int) -> dict[str, Any]:
 
 def small_buffers() -> Any:
     """The hashing paths with sizes small enough to exercise every branch on a few KiB."""
-    return mock.patch.multiple(_payload, _CHUNK=16, _WRITE_CHUNK=24, _PARALLEL_HASH=64, _GAP=32)
+    stack = contextlib.ExitStack()
+    stack.enter_context(mock.patch.multiple(_payload, _CHUNK=16, _PARALLEL_HASH=64, _GAP=32))
+    stack.enter_context(
+        mock.patch.multiple(_save, _READ_CHUNK=16, _WRITE_CHUNK=24, _PARALLEL_WRITE=64, _WRITEBACK=100)
+    )
+    return stack
+
+
+def _refuse_map(fd: int) -> None:
+    return None
 
 
 DATA = random.Random(7).randbytes(3000)
@@ -77,13 +87,60 @@ def test_the_writer_hashes_exactly_what_it_writes(tmp_path: Path) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         with small_buffers():
-            writer = _payload.HashingWriter(fd)
-            for part in (DATA[:10], DATA[10:2000], DATA[2000:2063], DATA[2063:]):
+            writer = _save.HashingWriter(fd)
+            for part in (DATA[:10], DATA[10:2000], DATA[2000:2063], DATA[2063:2100], DATA[2100:]):
                 assert writer.write(part) == len(part)
+            hasher = writer._hasher
+            writer.close()
     finally:
         os.close(fd)
     assert path.read_bytes() == DATA
     assert (writer.sha256.hexdigest(), writer.size) == (hashlib.sha256(DATA).hexdigest(), len(DATA))
+    assert hasher is not None and not hasher.is_alive()  # the large writes were hashed on it; it ended
+
+
+def test_the_writer_asks_the_kernel_to_write_back_each_stretch_as_it_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ranges: list[tuple[int, int]] = []
+    monkeypatch.setattr(_save, "start_writeback", lambda fd, offset, length: ranges.append((offset, length)))
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        with small_buffers():
+            writer = _save.HashingWriter(fd)
+            for start in range(0, len(DATA), 70):  # small writes and chunked ones (over _PARALLEL_WRITE)
+                writer.write(DATA[start : start + 70] if start % 140 else DATA[start : start + 30])
+            writer.close()
+    finally:
+        os.close(fd)
+    assert ranges, "no writeback was asked for"
+    ends = [offset + length for offset, length in ranges]
+    assert [offset for offset, _ in ranges] == [0, *ends[:-1]]  # contiguous, in order, nothing twice
+    assert all(length >= 100 for _, length in ranges)  # at least _WRITEBACK at a time
+    assert ends[-1] <= writer.size and writer.size - ends[-1] < 100
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_the_writeback_hint_reaches_the_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_save, "_sync_file_range", False)  # looked up again
+    path = tmp_path / "f"
+    path.write_bytes(DATA)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        _save.start_writeback(fd, 0, len(DATA))
+        function = _save._sync_file_range
+        assert function is not None
+        assert function(fd, 0, len(DATA), _save._SYNC_FILE_RANGE_WRITE) == 0
+    finally:
+        os.close(fd)
+
+
+def test_without_the_writeback_hint_a_save_still_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_save, "_sync_file_range", None)  # not Linux, or no ctypes
+    directory = snapshots.save_checkpoint(tmp_path, {"step": 4, "big": torch.randn(3 << 20)})
+    assert snapshots.list_valid(tmp_path) == [directory]
 
 
 @pytest.mark.parametrize("small", [False, True])
@@ -126,22 +183,47 @@ def test_a_save_verifies_with_a_mapped_load_and_a_fresh_read(
         calls.append(kwargs)
         return real_load(f, *args, **kwargs)
 
+    mapped: list[Any] = []
+    real_map = _save._map
+
+    def map_spy(fd: int) -> Any:
+        mapped.append(real_map(fd))
+        return mapped[-1]
+
     monkeypatch.setattr(torch, "load", spy)
+    monkeypatch.setattr(_save, "_map", map_spy)
     monkeypatch.setattr(_payload, "load", lambda *a: pytest.fail("the full load is for refusals only"))
     snapshots.save_checkpoint(tmp_path, payload_for(1))
     assert calls == [{"weights_only": True, "map_location": "cpu", "mmap": True}]
+    assert len(mapped) == 1 and mapped[0] is not None and mapped[0].closed  # hashed from a mapping, unmapped
 
 
+def _cpus(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(n)), raising=False)
+
+
+@pytest.mark.parametrize(
+    ("mappable", "cpus", "where"),
+    [(True, 1, 0.5), (False, 1, 0.5), (True, 4, 0.1), (True, 4, 0.4), (True, 4, 0.9), (False, 3, 0.6)],
+)
 def test_a_save_whose_payload_changed_before_verification_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mappable: bool, cpus: int, where: float
 ) -> None:
+    """A byte flipped after it was hashed is found, in whichever part of a parallel verification it lies."""
+    if not mappable:  # the verification's own read then uses pread (a mount that refuses mmap)
+        monkeypatch.setattr(_save, "_map", _refuse_map)
+    _cpus(monkeypatch, cpus)
+    monkeypatch.setattr(_save, "_MARK", 256 << 10)
     older = snapshots.save_checkpoint(tmp_path, payload_for(1))
     real_write_file = snapshots._fs.write_file
+    parts: list[Any] = []
+    real_parts = _save._parts
+    monkeypatch.setattr(_save, "_parts", lambda *a: parts.append(real_parts(*a)) or parts[-1])
 
     def change_payload_then_write(directory: str, name: str, data: bytes) -> None:
         if name == "manifest.json":  # after the payload was written, hashed and fsynced
             with open(os.path.join(directory, "checkpoint.pt"), "r+b") as f:
-                f.seek(os.fstat(f.fileno()).st_size // 2)  # inside the 4 MiB tensor: it still loads
+                f.seek(int(os.fstat(f.fileno()).st_size * where))  # inside the 4 MiB tensor: it still loads
                 byte = f.read(1)
                 f.seek(-1, os.SEEK_CUR)
                 f.write(bytes([byte[0] ^ 1]))
@@ -151,9 +233,89 @@ def test_a_save_whose_payload_changed_before_verification_fails(
     with pytest.raises(snapshots.SnapshotError, match="SHA-256 differs"):
         snapshots.save_checkpoint(tmp_path, {"step": 2, "big": torch.randn(1 << 20)})
     monkeypatch.undo()
+    assert len(parts) == 1 and len(parts[0]) == cpus  # it was verified in that many parts
     (failed,) = [p for p in tmp_path.iterdir() if p.name.startswith("step_000000000002_")]
     assert not (failed / "READY").exists()
     assert snapshots.list_valid(tmp_path) == [older]
+
+
+def test_a_save_with_a_wrong_mark_fails_rather_than_trusting_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer's marks only say where to cut: one that does not describe the file fails the save."""
+    _cpus(monkeypatch, 2)
+    monkeypatch.setattr(_save, "_MARK", 256 << 10)
+    real_write = _save.write
+
+    def write_with_a_wrong_mark(*args: Any) -> Any:
+        digest, size, marks = real_write(*args)
+        assert marks
+        return digest, size, [(offset, hashlib.sha256(b"x" * offset)) for offset, _ in marks]
+
+    monkeypatch.setattr(_save, "write", write_with_a_wrong_mark)
+    with pytest.raises(snapshots.SnapshotError, match="SHA-256 differs"):
+        snapshots.save_checkpoint(tmp_path, {"step": 2, "big": torch.randn(1 << 20)})
+    assert snapshots.list_valid(tmp_path) == []
+
+
+def test_a_payload_that_changes_while_it_is_verified_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_load = torch.load
+
+    def grow_then_load(f: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("mmap"):
+            with open(f, "ab") as out:
+                out.write(b"more")
+        return real_load(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", grow_then_load)
+    with pytest.raises(snapshots.SnapshotError, match="changed while it was being verified"):
+        snapshots.save_checkpoint(tmp_path, payload_for(1))
+    assert snapshots.list_valid(tmp_path) == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    data=st.binary(min_size=0, max_size=4000),
+    sizes=st.lists(st.integers(1, 900), min_size=1, max_size=20),
+    cpus=st.integers(1, 10),
+    flip=st.floats(0, 1, exclude_max=True) | st.none(),
+)
+def test_parts_agree_exactly_when_the_bytes_are_the_ones_written(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes, sizes: list[int], cpus: int, flip: float | None
+) -> None:
+    """Cut at the writer's marks, each part continued from its start mark ends in its end mark's state
+    and the last in the digest of the whole, for the bytes written; any other bytes disagree somewhere."""
+    path = tmp_path_factory.mktemp("marks") / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        with small_buffers(), mock.patch.object(_save, "_MARK", 200):
+            writer = _save.HashingWriter(fd)
+            offset = 0
+            for size in sizes * (len(data) // max(1, sum(sizes)) + 1):
+                if offset >= len(data):
+                    break
+                writer.write(data[offset : offset + size])
+                offset += size
+            writer.close()
+    finally:
+        os.close(fd)
+    with mock.patch.object(os, "sched_getaffinity", lambda pid: set(range(cpus)), create=True):
+        parts = _save._parts(len(data), writer.marks)
+    assert [start for start, _, _, _ in parts] == [0, *[end for _, end, _, _ in parts[:-1]]]
+    assert parts[-1][1] == len(data) and 1 <= len(parts) <= max(1, cpus)
+    assert all(start < end for start, end, _, _ in parts[:-1])
+    read = bytearray(data)
+    if flip is not None and data:
+        read[int(flip * len(data))] ^= 0x20
+    agree = True
+    for start, end, state, mark in parts:
+        h = state.copy()
+        h.update(read[start:end])
+        expected = mark.digest() if mark is not None else hashlib.sha256(data).digest()
+        agree = agree and h.digest() == expected
+    assert agree == (bytes(read) == data)
 
 
 def test_a_save_refused_by_weights_only_loading_gives_the_readers_reason(

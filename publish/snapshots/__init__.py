@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from . import _fs, _payload
+from . import _fs, _payload, _save
 from ._format import (
     FORMAT,
     MANIFEST,
@@ -117,9 +117,9 @@ def _verify(meta: _Meta) -> dict[str, Any]:
     return payload
 
 
-def _verify_written(meta: _Meta) -> None:
-    """:func:`_verify` for a snapshot this process has just written (see ``_payload.verify_written``)."""
-    fp = _payload.verify_written(os.path.join(meta.path, PAYLOAD), meta.manifest)
+def _verify_written(meta: _Meta, marks: list[_save.Mark]) -> None:
+    """:func:`_verify` for a snapshot this process has just written (see ``_save.verify_written``)."""
+    fp = _save.verify_written(os.path.join(meta.path, PAYLOAD), meta.manifest, marks)
     _verified[meta.path] = (meta.ready, meta.manifest_bytes, fp)
 
 
@@ -256,14 +256,14 @@ def save_checkpoint(root: PathLike, payload: dict[str, Any], keep_last: int = 2)
     directory = os.path.join(path, name)
     os.mkdir(directory)
     try:
-        digest, size = _payload.write(directory, PAYLOAD, payload)
+        digest, size, marks = _save.write(directory, PAYLOAD, payload)
         data = manifest_bytes(step, ident, digest, size, time.time_ns())
         _fs.write_file(directory, MANIFEST, data)
         _fs.write_file(directory, READY, ready_bytes(data))
         _fs.fsync_dir(directory)
         _fs.fsync_dir(path)
         new = _read_meta(directory, name)
-        _verify_written(new)
+        _verify_written(new, marks)
     except BaseException:
         _invalidate(directory)
         raise

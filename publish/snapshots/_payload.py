@@ -1,4 +1,4 @@
-"""checkpoint.pt: written through a hashing writer, read back with a weights-only load (torch, lazily)."""
+"""checkpoint.pt as a reader sees it: one read that hashes while a weights-only load runs (torch, lazily)."""
 
 from __future__ import annotations
 
@@ -14,80 +14,13 @@ from . import _fs
 from ._format import SnapshotError, is_int
 
 _CHUNK = 4 << 20
-_WRITE_CHUNK = 8 << 20
-_PARALLEL_HASH = 8 << 20  # a write or read this large is hashed on a second thread while it goes on
+_PARALLEL_HASH = 8 << 20  # a read this large is hashed on a second thread while it goes on
 _GAP = 1 << 20  # a read this far past what is hashed: the gap is hashed first, so hashing stays in order
 
 
 def torch() -> Any:
     """torch, imported on first use; a missing torch is an ImportError, never a corrupt snapshot."""
     return importlib.import_module("torch")
-
-
-class HashingWriter:
-    """A write-only file object for ``torch.save``: counts and hashes the bytes as they go to ``fd``."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.size = 0
-        self.sha256 = hashlib.sha256()
-        self.error: OSError | None = None
-
-    def write(self, data: Any) -> int:
-        try:
-            return self._write(memoryview(data).cast("B"))
-        except OSError as e:
-            self.error = e  # torch replaces it with its own RuntimeError on the way out
-            raise
-
-    def _write(self, view: memoryview) -> int:
-        if len(view) < _PARALLEL_HASH:
-            self.sha256.update(view)
-            _fs.write_all(self.fd, view)
-        else:
-            # Written in chunks; each written chunk is hashed on a second thread while the next one is
-            # written (hashlib releases the GIL on large buffers).  All of it is hashed before this returns:
-            # ``view`` is torch's memory, valid only during the call.
-            chunks: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
-
-            def hash_chunks() -> None:
-                while (chunk := chunks.get()) is not None:
-                    self.sha256.update(chunk)
-
-            hasher = threading.Thread(target=hash_chunks, daemon=True)
-            hasher.start()
-            try:
-                for start in range(0, len(view), _WRITE_CHUNK):
-                    chunk = view[start : start + _WRITE_CHUNK]
-                    _fs.write_all(self.fd, chunk)
-                    chunks.put(chunk)
-            finally:
-                chunks.put(None)
-                _join(hasher)
-        self.size += len(view)
-        return len(view)
-
-    def flush(self) -> None:
-        pass
-
-
-def write(directory: str, name: str, payload: dict[str, Any]) -> tuple[str, int]:
-    """torch.save ``payload`` to ``<name>.partial`` (exclusive), fsync, rename; (sha256 hex, size)."""
-    partial = os.path.join(directory, name + ".partial")
-    fd = _fs.create_exclusive(partial)
-    try:
-        writer = HashingWriter(fd)
-        try:
-            torch().save(payload, writer)
-        except Exception:
-            if writer.error is not None:
-                raise writer.error from None  # a full disk is an OSError(ENOSPC), not torch's message
-            raise
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(partial, os.path.join(directory, name))
-    return writer.sha256.hexdigest(), writer.size
 
 
 def _join(thread: threading.Thread) -> None:
@@ -122,30 +55,6 @@ def _pread_copy(fd: int, view: memoryview, offset: int) -> int:
     data = os.pread(fd, len(view), offset)
     view[: len(data)] = data
     return len(data)
-
-
-class _Hasher(threading.Thread):
-    """Reads a file descriptor with ``pread`` and hashes it, beside the load that reads the same file."""
-
-    def __init__(self, fd: int) -> None:
-        super().__init__(daemon=True)
-        self.fd = fd
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-        self.error: OSError | None = None
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        view = memoryview(bytearray(_CHUNK))
-        try:
-            while not self.stop.is_set():
-                n = _pread_into(self.fd, view, self.size)
-                if n == 0:
-                    return
-                self.sha256.update(view[:n])
-                self.size += n
-        except OSError as e:
-            self.error = e
 
 
 class _HashingReader(io.RawIOBase):
@@ -306,52 +215,3 @@ def load(path: str, manifest: dict[str, Any]) -> tuple[dict[str, Any], Fingerpri
     finally:
         os.close(fd)
     return payload, fingerprint(st)
-
-
-def _fd_path(fd: int, path: str) -> str:
-    """A name that opens exactly the file behind ``fd`` where the system has one, else ``path``."""
-    proc = f"/proc/self/fd/{fd}"
-    return proc if os.path.exists(proc) else path
-
-
-def verify_written(path: str, manifest: dict[str, Any]) -> Fingerprint:
-    """Verify a payload this process has just written, as a reader would, without keeping a second copy.
-
-    The file is opened and read back from its start to its end by a second thread that hashes it, while
-    the weights-only unpickler runs over it with ``mmap=True``: every global it names, every storage record
-    it resolves, and the loaded dict with its step are checked as a full load checks them, but the storages
-    are mapped rather than copied into new memory (the bytes themselves are checked by the digest).  When
-    that load raises for any reason, the snapshot is verified again with :func:`load`, so every refusal is
-    the one a reader gives.  Returns the fingerprint of the file as opened.
-    """
-    torch_ = torch()
-    fd, st = _fs.open_regular(path)
-    try:
-        if st.st_size != manifest["bytes"]:
-            raise SnapshotError(f"{path} holds {st.st_size} bytes, the manifest says {manifest['bytes']}")
-        hasher = _Hasher(fd)
-        hasher.start()
-        try:
-            payload = torch_.load(_fd_path(fd, path), weights_only=True, map_location="cpu", mmap=True)
-        except Exception:
-            hasher.stop.set()
-            _join(hasher)
-            payload = None
-        except BaseException:
-            hasher.stop.set()
-            raise
-        finally:
-            _join(hasher)
-        if payload is None:
-            return load(path, manifest)[1]
-        if fingerprint(os.lstat(path))[:2] != fingerprint(st)[:2]:
-            raise SnapshotError(f"{path} changed while it was being verified")
-        if hasher.error is not None:
-            raise SnapshotError(f"{path}: {hasher.error.strerror}")
-        try:
-            _check(path, manifest, hasher.size, hasher.sha256.hexdigest(), "", payload)
-        finally:
-            del payload  # unmap before anything removes or renames files
-    finally:
-        os.close(fd)
-    return fingerprint(st)
