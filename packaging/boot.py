@@ -135,19 +135,28 @@ class _Finder:
             return
         data = self._data(member)
         part = target + ".part"
-        fd = os.open(
-            part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, self.index[member][1] & 0o700
-        )
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        except BaseException:
+            fd = os.open(
+                part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, self.index[member][1] & 0o700
+            )
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            except BaseException:
+                os.close(fd)
+                os.unlink(part)
+                raise
             os.close(fd)
-            os.unlink(part)
-            raise
-        os.close(fd)
-        os.rename(part, target)
+            os.rename(part, target)
+        except OSError as e:
+            # The verb needs a part of the program the launcher left packed (TLS, S3, Vault): say what
+            # could not be written where, and what to do (publish prints an OSError's text and exits 1).
+            raise OSError(
+                e.errno,
+                f"cannot unpack {member} into {self.root}: {e.strerror}"
+                " (free space there, or point TMPDIR at another filesystem)",
+            ) from None
 
 
 def _install() -> None:

@@ -401,6 +401,42 @@ def test_lazy_members_are_unpacked_on_first_import(binary: Path, tmp_path: Path)
     assert not list(tree.rglob("*.part"))
 
 
+def test_a_full_disk_when_a_packed_member_is_first_needed_says_what_and_where(
+    binary: Path, as_root: None, tmp_path: Path
+) -> None:
+    """TMPDIR has room for what every verb needs but not for the S3 modules: the S3 verb names the member,
+    the directory and the remedy, exits 1, and leaves nothing behind."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mount("-t", "tmpfs", "-o", "mode=1777,size=32m", "tmpfs", str(small))
+    try:
+        tree = FOLDER / "libexec" / "publish"
+        lazy = {tree / "lib" / "more.zip", *(tree / "lib").glob("python3.*/lib-dynload/*.so")}
+        lazy |= {tree / "_internal" / n for n in ("libcrypto.so.3", "libssl.so.3")}
+        files = [p for p in tree.rglob("*") if p.is_file() and not p.is_symlink()]
+        eager = sum(p.stat().st_size for p in files if p not in lazy)
+        st = os.statvfs(small)
+        (small / "filler").write_bytes(bytes(st.f_bavail * st.f_frsize - eager - (1 << 20)))
+        ok = subprocess.run([str(binary), "version"], capture_output=True, text=True, env=env_for(small))
+        assert (ok.returncode, ok.stdout, ok.stderr) == (0, VERSION_LINE, "")  # what every verb needs fits
+        r = subprocess.run(
+            [str(binary), "resolve", "-checkpoint", "s3://bucket/run", "-creds", "secret:x"],
+            capture_output=True,
+            text=True,
+            env=env_for(small),
+        )
+        assert (r.returncode, r.stdout) == (1, "")
+        head, _, tail = r.stderr.partition(f" into {small}/")
+        assert head.startswith("publish: cannot unpack lib/"), r.stderr
+        assert tail.endswith(
+            ": No space left on device (free space there, or point TMPDIR at another filesystem)\n"
+        ), r.stderr
+        assert r.stderr.count("\n") == 1
+        assert os.listdir(small) == ["filler"]
+    finally:
+        umount(small)
+
+
 def test_sigkill_still_leaves_nothing(binary: Path, tmp_path: Path) -> None:
     tmpdir = tmp_path / "t"
     tmpdir.mkdir()
