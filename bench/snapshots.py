@@ -1,6 +1,6 @@
 """Save and load of a 1 GiB payload: publish.snapshots against torch.save + fsync and torch.load alone.
 
-    python bench/snapshots.py [DIR] [--runs N] [--gib G] [--no-warm]
+    python bench/snapshots.py [DIR] [--runs N] [--gib G] [--tensors T] [--no-warm]
 
 Runs alternate (baseline then library, library then baseline, ...; for saves and for loads) in one process and the medians are printed as a markdown
 table.  The library's save is measured in steady state with keep_last=2: two snapshots exist before each
@@ -56,6 +56,7 @@ def main() -> int:
     parser.add_argument("dir", nargs="?", default=None)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--gib", type=float, default=1.0)
+    parser.add_argument("--tensors", type=int, default=1, help="split the payload into this many tensors")
     parser.add_argument(
         "--no-warm", dest="warm", action="store_false", help="do not touch fresh memory before each load"
     )
@@ -64,7 +65,12 @@ def main() -> int:
     try:
         torch.manual_seed(0)
         elements = int(args.gib * (1 << 30)) // 4
-        payload = {"step": 0, "weights": torch.randn(elements), "small": torch.arange(10)}
+        if args.tensors == 1:
+            payload = {"step": 0, "weights": torch.randn(elements), "small": torch.arange(10)}
+        else:  # like a state_dict: many tensors of a few MiB each
+            each = elements // args.tensors
+            weights = {f"layer{i}.weight": torch.randn(each) for i in range(args.tensors)}
+            payload = {"step": 0, "model": weights, "small": torch.arange(10)}
         root = work / "root"
         plain = work / "plain.pt"
         for step in (1, 2):  # steady state: keep_last=2 already full

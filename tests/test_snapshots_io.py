@@ -29,9 +29,11 @@ def payload_for(step: int) -> dict[str, Any]:
 def small_buffers() -> Any:
     """The hashing paths with sizes small enough to exercise every branch on a few KiB."""
     stack = contextlib.ExitStack()
-    stack.enter_context(mock.patch.multiple(_payload, _CHUNK=16, _PARALLEL_HASH=64, _GAP=32))
+    stack.enter_context(mock.patch.multiple(_payload, _CHUNK=16, _PARALLEL_HASH=64, _MIN_PIECE=8, _GAP=32))
     stack.enter_context(
-        mock.patch.multiple(_save, _READ_CHUNK=16, _WRITE_CHUNK=24, _PARALLEL_WRITE=64, _WRITEBACK=100)
+        mock.patch.multiple(
+            _save, _READ_CHUNK=16, _WRITE_CHUNK=24, _PARALLEL_WRITE=64, _MIN_PIECE=8, _WRITEBACK=100
+        )
     )
     return stack
 
@@ -63,6 +65,9 @@ def test_the_reader_returns_the_file_and_hashes_it_in_order_whatever_the_reads(
                 assert bytes(buf[:n]) == DATA[offset : offset + length]
                 assert reader.tell() == offset + n
             assert reader.finish() == (hashlib.sha256(DATA).hexdigest(), len(DATA))
+            thread = reader.pipe._thread
+            reader.close()
+            assert thread is None or not thread.is_alive()
     finally:
         os.close(fd)
 
@@ -90,7 +95,7 @@ def test_the_writer_hashes_exactly_what_it_writes(tmp_path: Path) -> None:
             writer = _save.HashingWriter(fd)
             for part in (DATA[:10], DATA[10:2000], DATA[2000:2063], DATA[2063:2100], DATA[2100:]):
                 assert writer.write(part) == len(part)
-            hasher = writer._hasher
+            hasher = writer.pipe._thread
             writer.close()
     finally:
         os.close(fd)
@@ -171,6 +176,7 @@ def test_load_hashes_through_the_reader_torch_reads(tmp_path: Path, monkeypatch:
     assert isinstance(reader, _payload._HashingReader)
     # torch read the storage through it, so almost nothing was left to hash afterwards.
     assert reader.hashed == (directory / "checkpoint.pt").stat().st_size
+    assert reader.closed and reader.pipe._thread is None  # its hashing thread ended with the load
 
 
 def test_a_save_verifies_with_a_mapped_load_and_a_fresh_read(

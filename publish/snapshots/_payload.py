@@ -8,13 +8,15 @@ import io
 import os
 import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from . import _fs
 from ._format import SnapshotError, is_int
 
 _CHUNK = 4 << 20
-_PARALLEL_HASH = 8 << 20  # a read this large is hashed on a second thread while it goes on
+_PARALLEL_HASH = 1 << 20  # a read this large is hashed on a second thread while it goes on
+_MIN_PIECE = 256 << 10  # such a read is hashed in pieces of at least this size
 _GAP = 1 << 20  # a read this far past what is hashed: the gap is hashed first, so hashing stays in order
 
 
@@ -34,6 +36,55 @@ def _join(thread: threading.Thread) -> None:
             interrupted = e
     if interrupted is not None:
         raise interrupted
+
+
+class HashPipe:
+    """A second thread that feeds the buffers handed to it, in order, to ``update`` (a hash's, or one
+    that also counts).  hashlib releases the GIL on large buffers, so hashing runs beside the reads or
+    writes of the thread that hands them over.  The thread starts on first use and lives until
+    :meth:`close`, so a load or save made of many tensors does not start one per tensor."""
+
+    def __init__(self, update: Callable[[memoryview], object]) -> None:
+        self.update = update
+        self._queue: queue.SimpleQueue[memoryview | threading.Event | None] | None = None
+        self._thread: threading.Thread | None = None
+
+    def put(self, view: memoryview) -> None:
+        if self._queue is None:
+            self._queue = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._run, args=(self._queue,), daemon=True)
+            self._thread.start()
+        self._queue.put(view)
+
+    def _run(self, items: queue.SimpleQueue[memoryview | threading.Event | None]) -> None:
+        while (item := items.get()) is not None:
+            if isinstance(item, threading.Event):
+                item.set()
+            else:
+                self.update(item)
+
+    def wait(self) -> None:
+        """Return once every buffer handed over so far is hashed, even through KeyboardInterrupt (raised
+        after): the buffers are the caller's memory, which it may free or reuse once this returns."""
+        if self._queue is None:
+            return
+        done = threading.Event()
+        self._queue.put(done)
+        interrupted: BaseException | None = None
+        while not done.is_set():
+            try:
+                done.wait()
+            except BaseException as e:  # noqa: PERF203 - wait on, then re-raise
+                interrupted = e
+        if interrupted is not None:
+            raise interrupted
+
+    def close(self) -> None:
+        """End the thread (idle once :meth:`wait` returned)."""
+        if self._queue is not None and self._thread is not None:
+            self._queue.put(None)
+            _join(self._thread)
+        self._queue = self._thread = None
 
 
 def _pread_into(fd: int, view: memoryview, offset: int) -> int:
@@ -75,6 +126,11 @@ class _HashingReader(io.RawIOBase):
         self.pos = 0
         self.hashed = 0  # bytes [0, hashed) are in sha256
         self.sha256 = hashlib.sha256()
+        self.pipe = HashPipe(self.sha256.update)
+
+    def close(self) -> None:
+        self.pipe.close()
+        super().close()
 
     def readable(self) -> bool:
         return True
@@ -126,27 +182,21 @@ class _HashingReader(io.RawIOBase):
                 self.sha256.update(view[self.hashed - offset : n])
                 self.hashed = offset + n
             return n
-        chunks: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
-
-        def hash_chunks() -> None:
-            while (chunk := chunks.get()) is not None:
-                self.sha256.update(chunk)
-
-        hasher = threading.Thread(target=hash_chunks, daemon=True)
-        hasher.start()
+        # In pieces (a quarter of the read, at most _CHUNK), each handed to the hashing thread once read,
+        # so that hashing one piece overlaps reading the next.
+        piece = max(_MIN_PIECE, min(_CHUNK, len(view) // 4))
         got = 0
         try:
             while got < len(view):
-                n = _pread_into(self.fd, view[got : got + _CHUNK], offset + got)
+                n = _pread_into(self.fd, view[got : got + piece], offset + got)
                 if offset + got + n > self.hashed:
-                    chunks.put(view[self.hashed - offset : got + n])
+                    self.pipe.put(view[self.hashed - offset : got + n])
                     self.hashed = offset + got + n
                 got += n
-                if n < _CHUNK:
+                if n < piece:
                     break
         finally:
-            chunks.put(None)
-            _join(hasher)
+            self.pipe.wait()
         return got
 
     def finish(self) -> tuple[str, int]:
@@ -202,15 +252,18 @@ def load(path: str, manifest: dict[str, Any]) -> tuple[dict[str, Any], Fingerpri
         payload: Any = None
         refused = ""
         try:
-            payload = torch_.load(reader, weights_only=True, map_location="cpu")
-        except OSError as e:
-            raise SnapshotError(f"{path}: {e.strerror}") from None
-        except Exception as e:  # any failure of the load is this snapshot's fault
-            refused = _first_line(e)
-        try:
-            digest, size = reader.finish()
-        except OSError as e:
-            raise SnapshotError(f"{path}: {e.strerror}") from None
+            try:
+                payload = torch_.load(reader, weights_only=True, map_location="cpu")
+            except OSError as e:
+                raise SnapshotError(f"{path}: {e.strerror}") from None
+            except Exception as e:  # any failure of the load is this snapshot's fault
+                refused = _first_line(e)
+            try:
+                digest, size = reader.finish()
+            except OSError as e:
+                raise SnapshotError(f"{path}: {e.strerror}") from None
+        finally:
+            reader.close()
         _check(path, manifest, size, digest, refused, payload)
     finally:
         os.close(fd)

@@ -5,18 +5,18 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
-import queue
 import sys
 import threading
 from typing import Any
 
 from . import _fs, _payload
 from ._format import SnapshotError
-from ._payload import Fingerprint, _join, _pread_into, fingerprint, torch
+from ._payload import Fingerprint, HashPipe, _join, _pread_into, fingerprint, torch
 
 _WRITE_CHUNK = 8 << 20
 _READ_CHUNK = 4 << 20
 _PARALLEL_WRITE = 1 << 20  # a write this large is hashed on the writer's second thread while it goes on
+_MIN_PIECE = 256 << 10  # such a write is handed over in pieces of at least this size
 _WRITEBACK = 8 << 20  # start_writeback is asked for once this much more was written
 _SYNC_FILE_RANGE_WRITE = 2
 _MARK = 64 << 20  # the writer keeps a copy of the SHA-256 state at each multiple of this
@@ -45,8 +45,7 @@ class HashingWriter:
         self.marks: list[Mark] = []
         self.error: OSError | None = None
         self._submitted = 0  # bytes [0, _submitted) were handed to start_writeback
-        self._chunks: queue.SimpleQueue[memoryview | threading.Event | None] | None = None
-        self._hasher: threading.Thread | None = None
+        self.pipe = HashPipe(self._hash)
 
     def write(self, data: Any) -> int:
         try:
@@ -62,36 +61,18 @@ class HashingWriter:
         else:
             # Each chunk goes to the hashing thread, then to the file: both only read it.  All of it is
             # hashed before this returns: ``view`` is torch's memory, valid only during the call.
-            chunks = self._start()
-            done = threading.Event()
+            piece = max(_MIN_PIECE, min(_WRITE_CHUNK, len(view) // 4))
             try:
-                for start in range(0, len(view), _WRITE_CHUNK):
-                    chunk = view[start : start + _WRITE_CHUNK]
-                    chunks.put(chunk)
+                for start in range(0, len(view), piece):
+                    chunk = view[start : start + piece]
+                    self.pipe.put(chunk)
                     _fs.write_all(self.fd, chunk)
                     self._writeback(self.size + start + len(chunk))
             finally:
-                chunks.put(done)
-                _wait(done)
+                self.pipe.wait()
         self.size += len(view)
         self._writeback(self.size)
         return len(view)
-
-    def _start(self) -> queue.SimpleQueue[memoryview | threading.Event | None]:
-        if self._chunks is None:
-            chunks: queue.SimpleQueue[memoryview | threading.Event | None] = queue.SimpleQueue()
-
-            def hash_chunks() -> None:
-                while (item := chunks.get()) is not None:
-                    if isinstance(item, threading.Event):
-                        item.set()
-                    else:
-                        self._hash(item)
-
-            self._hasher = threading.Thread(target=hash_chunks, daemon=True)
-            self._hasher.start()
-            self._chunks = chunks
-        return self._chunks
 
     def _hash(self, view: memoryview) -> None:
         while view:
@@ -112,10 +93,7 @@ class HashingWriter:
 
     def close(self) -> None:
         """End the hashing thread (it is idle: every write waited for its chunks)."""
-        if self._chunks is not None and self._hasher is not None:
-            self._chunks.put(None)
-            _join(self._hasher)
-            self._chunks = self._hasher = None
+        self.pipe.close()
 
 
 def _load_sync_file_range() -> Any:
@@ -173,18 +151,6 @@ def write(directory: str, name: str, payload: dict[str, Any]) -> tuple[str, int,
         os.close(fd)
     os.replace(partial, os.path.join(directory, name))
     return writer.sha256.hexdigest(), writer.size, writer.marks
-
-
-def _wait(event: threading.Event) -> None:
-    """Wait for ``event`` even through KeyboardInterrupt (re-raised after), like :func:`_join`."""
-    interrupted: BaseException | None = None
-    while not event.is_set():
-        try:
-            event.wait()
-        except BaseException as e:  # noqa: PERF203 - KeyboardInterrupt while waiting: wait on, then re-raise
-            interrupted = e
-    if interrupted is not None:
-        raise interrupted
 
 
 def _map(fd: int) -> mmap.mmap | None:
