@@ -194,7 +194,7 @@ def _execute(run: _Run, say: Say, stop: threading.Event | None) -> None:
         if not fs.is_set("creds"):
             raise UsageError(f"-creds is required for the s3:// root {root.text}")
         if fs.is_set("proxy"):
-            from publish.net import parse_proxy
+            from publish.urls import parse_proxy
 
             value = str(fs.value("proxy"))
             try:

@@ -11,24 +11,17 @@ import contextlib
 import functools
 import http.client
 import io
-import ipaddress
 import os
 import re
 import select
 import socket
 import ssl
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Optional, Union
 
-BUNDLE_PATHS: tuple[str, ...] = (
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/ca-bundle.pem",
-    "/etc/pki/tls/cacert.pem",
-    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
-    "/etc/ssl/cert.pem",
-)
+from publish.trust import Trust, find_trust
+from publish.urls import netloc, parse_endpoint, parse_proxy
 
 _CHUNK = 256 * 1024
 
@@ -61,147 +54,7 @@ class TrustNotFound(NetError):
     """No CA certificates were found for an https connection."""
 
 
-# ---------------------------------------------------------------------------------------------- URLs
-
-_HOST_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
-
-
-def _split_url(url: str, what: str) -> tuple[str, str, int]:
-    """Split ``scheme://host[:port][/]`` into parts; messages name the part at fault, never the URL."""
-    if not isinstance(url, str) or not url:
-        raise ValueError(f"{what} URL is empty")
-    if any(c.isspace() or ord(c) < 0x21 or ord(c) == 0x7F for c in url):
-        raise ValueError(f"{what} URL contains whitespace or control characters")
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        raise ValueError(f"{what} URL must start with http:// or https://")
-    scheme = scheme.lower()
-    if scheme not in ("http", "https"):
-        shown = f" {scheme!r}" if re.fullmatch(r"[a-z][a-z0-9+.-]{0,9}", scheme) else ""
-        raise ValueError(f"{what} URL scheme{shown} is not http or https")
-    netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
-    if "@" in netloc:
-        raise ValueError(f"{what} URL must not contain a user name or password")
-    tail = rest[len(netloc) :]
-    if tail not in ("", "/"):
-        if tail.startswith("/"):
-            if "?" in tail or "#" in tail:
-                raise ValueError(f"{what} URL must not have a query or fragment")
-            raise ValueError(f"{what} URL must not have a path")
-        raise ValueError(f"{what} URL must not have a query or fragment")
-    if netloc.startswith("["):
-        end = netloc.find("]")
-        if end < 0:
-            raise ValueError(f"{what} URL has an unterminated IPv6 address")
-        host = netloc[1:end]
-        port_text = netloc[end + 1 :]
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise ValueError(f"{what} URL has an invalid IPv6 address") from None
-        if port_text and not port_text.startswith(":"):
-            raise ValueError(f"{what} URL has text after the IPv6 address")
-        port_text = port_text[1:] if port_text else ""
-        has_port = bool(netloc[end + 1 :])
-    else:
-        host, has_colon, port_text = netloc.partition(":")
-        has_port = bool(has_colon)
-        if not host:
-            raise ValueError(f"{what} URL has no host")
-        if not _HOST_RE.match(host) or ".." in host:
-            raise ValueError(f"{what} URL has an invalid host name")
-    if has_port:
-        if not port_text.isascii() or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ValueError(f"{what} URL port must be a number from 1 to 65535")
-        port = int(port_text)
-    else:
-        port = 443 if scheme == "https" else 80
-    return scheme, host.lower(), port
-
-
-def netloc(scheme: str, host: str, port: int) -> str:
-    """``host[:port]`` as sent in a Host header: IPv6 in brackets, the scheme's default port left out."""
-    shown = f"[{host}]" if ":" in host else host
-    if port == (443 if scheme == "https" else 80):
-        return shown
-    return f"{shown}:{port}"
-
-
-def parse_proxy(url: str) -> str:
-    """Validate a proxy URL (addendum 6): http:// or https://, a host, an optional port, nothing else (one
-    trailing '/' is allowed).  Returns ``scheme://host:port`` (lower case, port explicit); ValueError
-    naming what is wrong, never echoing the URL."""
-    scheme, host, port = _split_url(url, "proxy")
-    shown = f"[{host}]" if ":" in host else host
-    return f"{scheme}://{shown}:{port}"
-
-
-def parse_endpoint(url: str) -> tuple[str, str, int]:
-    """``http(s)://host[:port]`` (one trailing '/' allowed) -> (scheme, host, port); the host lower case,
-    an IPv6 address without brackets, the port defaulted from the scheme.  ValueError otherwise."""
-    return _split_url(url, "endpoint")
-
-
-# ------------------------------------------------------------------------------------------- trust
-
-
-class Trust:
-    """Where CA certificates come from: a bundle file, or PEM text gathered from a directory."""
-
-    def __init__(self, where: str, cafile: str | None = None, cadata: str | None = None) -> None:
-        self.where = where
-        self.cafile = cafile
-        self.cadata = cadata
-
-    def load(self, ctx: ssl.SSLContext) -> None:
-        try:
-            ctx.load_verify_locations(cafile=self.cafile, cadata=self.cadata)
-        except (OSError, ssl.SSLError, ValueError) as e:
-            raise TrustNotFound(f"cannot load CA certificates from {self.where}: {_reason(e)}") from None
-
-
-def _dir_pem(directory: str) -> str:
-    """Every PEM certificate in the files of ``directory`` (as Go reads SSL_CERT_DIR), '' if none."""
-    found: list[str] = []
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError:
-        return ""
-    for name in names:
-        try:
-            with open(os.path.join(directory, name), encoding="ascii", errors="replace") as f:
-                text = f.read()
-        except OSError:
-            continue
-        if "-----BEGIN CERTIFICATE-----" in text:
-            found.append(text)
-    return "\n".join(found)
-
-
-def find_trust(env: Mapping[str, str], paths: Sequence[str] | None = None) -> Trust:
-    """The system trust: SSL_CERT_FILE, then SSL_CERT_DIR (':'-separated), then the first of ``paths``
-    (default BUNDLE_PATHS) that exists.  TrustNotFound lists every place looked at."""
-    looked: list[str] = []
-    if paths is None:
-        paths = BUNDLE_PATHS
-    cert_file = env.get("SSL_CERT_FILE", "")
-    if cert_file:
-        if os.path.isfile(cert_file):
-            return Trust(f"SSL_CERT_FILE={cert_file}", cafile=cert_file)
-        looked.append(f"SSL_CERT_FILE={cert_file}")
-    cert_dir = env.get("SSL_CERT_DIR", "")
-    if cert_dir:
-        for d in cert_dir.split(":"):
-            if d:
-                pem = _dir_pem(d)
-                if pem:
-                    return Trust(f"SSL_CERT_DIR={d}", cadata=pem)
-                looked.append(f"SSL_CERT_DIR={d}")
-    for p in paths:
-        if os.path.isfile(p):
-            return Trust(p, cafile=p)
-        looked.append(p)
-    raise TrustNotFound("no CA certificates found; looked at " + ", ".join(looked))
+# ---------------------------------------------------------------------------- TLS context, reasons
 
 
 def _tls_context(trust: Trust) -> ssl.SSLContext:

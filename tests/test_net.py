@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from publish import net
+from publish import net, trust, urls
 from tests.netfixtures import Proxy, Server, TestCA, dead_port
 
 # ------------------------------------------------------------------------------------------- parsing
@@ -60,13 +60,13 @@ PROXY_BAD = [
 
 @pytest.mark.parametrize(("url", "want"), PROXY_OK)
 def test_parse_proxy_accepts(url: str, want: str) -> None:
-    assert net.parse_proxy(url) == want
+    assert urls.parse_proxy(url) == want
 
 
 @pytest.mark.parametrize(("url", "why"), PROXY_BAD)
 def test_parse_proxy_refuses(url: str, why: str) -> None:
     with pytest.raises(ValueError, match="^proxy URL") as info:
-        net.parse_proxy(url)
+        urls.parse_proxy(url)
     assert why in str(info.value)
     for secret in ("hunter2", "alice"):
         assert secret not in str(info.value)
@@ -83,21 +83,21 @@ def test_parse_proxy_refuses(url: str, why: str) -> None:
     ],
 )
 def test_parse_endpoint(url: str, want: tuple[str, str, int]) -> None:
-    assert net.parse_endpoint(url) == want
+    assert urls.parse_endpoint(url) == want
 
 
 @pytest.mark.parametrize(("url", "why"), PROXY_BAD)
 def test_parse_endpoint_refuses(url: str, why: str) -> None:
     with pytest.raises(ValueError, match="^endpoint URL") as info:
-        net.parse_endpoint(url)
+        urls.parse_endpoint(url)
     assert why in str(info.value) and "hunter2" not in str(info.value)
 
 
 def test_netloc() -> None:
-    assert net.netloc("https", "h", 443) == "h"
-    assert net.netloc("http", "h", 80) == "h"
-    assert net.netloc("http", "h", 443) == "h:443"
-    assert net.netloc("https", "::1", 8443) == "[::1]:8443"
+    assert urls.netloc("https", "h", 443) == "h"
+    assert urls.netloc("http", "h", 80) == "h"
+    assert urls.netloc("http", "h", 443) == "h:443"
+    assert urls.netloc("https", "::1", 8443) == "[::1]:8443"
     assert net.Connector("http://[::1]:9000").host_header == "[::1]:9000"
 
 
@@ -124,7 +124,7 @@ def tls_server(ca: TestCA) -> Iterator[Server]:
 @pytest.fixture
 def no_bundles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The machine's own CA bundles out of the way: trust must come from what the test gives."""
-    monkeypatch.setattr(net, "BUNDLE_PATHS", (str(tmp_path / "none-1.pem"), str(tmp_path / "none-2.pem")))
+    monkeypatch.setattr(trust, "BUNDLE_PATHS", (str(tmp_path / "none-1.pem"), str(tmp_path / "none-2.pem")))
 
 
 def echo(resp: net.Response) -> dict[str, object]:
@@ -327,7 +327,7 @@ def test_no_trust_found_lists_where_it_looked(tls_server: Server, no_bundles: No
         net.Connector(tls_server.url, env=env).request("GET", "/", {}, timeout=5)
     msg = str(info.value)
     assert msg.startswith("no CA certificates found; looked at ")
-    for place in (f"SSL_CERT_FILE={tmp_path / 'gone.pem'}", f"SSL_CERT_DIR={empty}", *net.BUNDLE_PATHS):
+    for place in (f"SSL_CERT_FILE={tmp_path / 'gone.pem'}", f"SSL_CERT_DIR={empty}", *trust.BUNDLE_PATHS):
         assert place in msg
     assert tls_server.connections == 0  # found out before connecting
 
@@ -345,18 +345,19 @@ def test_trust_lookup_order(tmp_path: Path) -> None:
     empty.mkdir()
     paths = [str(tmp_path / "missing.pem"), ca3.pem, ca1.pem]
     both = {"SSL_CERT_FILE": ca1.pem, "SSL_CERT_DIR": str(certs)}
-    assert net.find_trust(both, paths).where == f"SSL_CERT_FILE={ca1.pem}"
+    assert trust.find_trust(both, paths).where == f"SSL_CERT_FILE={ca1.pem}"
     assert (
-        net.find_trust({**both, "SSL_CERT_FILE": str(tmp_path / "x")}, paths).where == f"SSL_CERT_DIR={certs}"
+        trust.find_trust({**both, "SSL_CERT_FILE": str(tmp_path / "x")}, paths).where
+        == f"SSL_CERT_DIR={certs}"
     )
-    assert net.find_trust({"SSL_CERT_FILE": "", "SSL_CERT_DIR": str(empty)}, paths).where == ca3.pem
-    assert net.find_trust({}, paths).cafile == ca3.pem
+    assert trust.find_trust({"SSL_CERT_FILE": "", "SSL_CERT_DIR": str(empty)}, paths).where == ca3.pem
+    assert trust.find_trust({}, paths).cafile == ca3.pem
     with pytest.raises(net.TrustNotFound, match="missing.pem"):
-        net.find_trust({}, [str(tmp_path / "missing.pem")])
+        trust.find_trust({}, [str(tmp_path / "missing.pem")])
 
 
 def test_default_bundle_list_is_go_s() -> None:
-    assert net.BUNDLE_PATHS == (
+    assert trust.BUNDLE_PATHS == (
         "/etc/ssl/certs/ca-certificates.crt",
         "/etc/pki/tls/certs/ca-bundle.crt",
         "/etc/ssl/ca-bundle.pem",

@@ -144,8 +144,8 @@ def credentials_from_fields(source: str, fields: Mapping[str, str]) -> Credentia
             f"{source}: region {region!r} is malformed; want lower-case letters, digits and -"
         )
     if "endpoint" in fields:
-        from publish.net import netloc
-        from publish.net import parse_endpoint as parse
+        from publish.urls import netloc
+        from publish.urls import parse_endpoint as parse
 
         try:
             scheme, host, port = parse(fields["endpoint"])

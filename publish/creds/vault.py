@@ -170,7 +170,7 @@ def parse_location(location: str) -> Location:
         raise ValueError("kv= must be 1 or 2")
     proxy = ""
     if "proxy" in values:
-        from publish.net import parse_proxy
+        from publish.urls import parse_proxy
 
         try:
             proxy = parse_proxy(values["proxy"])

@@ -1,0 +1,79 @@
+"""CA trust for https: a CA file, or the system trust found as addendum 7 says (SSL_CERT_FILE, ...)."""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Mapping, Sequence
+
+BUNDLE_PATHS: tuple[str, ...] = (
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/pki/tls/cacert.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+)
+
+
+class Trust:
+    """Where CA certificates come from: a bundle file, or PEM text gathered from a directory."""
+
+    def __init__(self, where: str, cafile: str | None = None, cadata: str | None = None) -> None:
+        self.where = where
+        self.cafile = cafile
+        self.cadata = cadata
+
+    def load(self, ctx: ssl.SSLContext) -> None:
+        try:
+            ctx.load_verify_locations(cafile=self.cafile, cadata=self.cadata)
+        except (OSError, ssl.SSLError, ValueError) as e:
+            from publish.net import TrustNotFound, _reason  # net imports this module: not at the top
+
+            raise TrustNotFound(f"cannot load CA certificates from {self.where}: {_reason(e)}") from None
+
+
+def _dir_pem(directory: str) -> str:
+    """Every PEM certificate in the files of ``directory`` (as Go reads SSL_CERT_DIR), '' if none."""
+    found: list[str] = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return ""
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), encoding="ascii", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if "-----BEGIN CERTIFICATE-----" in text:
+            found.append(text)
+    return "\n".join(found)
+
+
+def find_trust(env: Mapping[str, str], paths: Sequence[str] | None = None) -> Trust:
+    """The system trust: SSL_CERT_FILE, then SSL_CERT_DIR (':'-separated), then the first of ``paths``
+    (default BUNDLE_PATHS) that exists.  TrustNotFound lists every place looked at."""
+    looked: list[str] = []
+    if paths is None:
+        paths = BUNDLE_PATHS
+    cert_file = env.get("SSL_CERT_FILE", "")
+    if cert_file:
+        if os.path.isfile(cert_file):
+            return Trust(f"SSL_CERT_FILE={cert_file}", cafile=cert_file)
+        looked.append(f"SSL_CERT_FILE={cert_file}")
+    cert_dir = env.get("SSL_CERT_DIR", "")
+    if cert_dir:
+        for d in cert_dir.split(":"):
+            if d:
+                pem = _dir_pem(d)
+                if pem:
+                    return Trust(f"SSL_CERT_DIR={d}", cadata=pem)
+                looked.append(f"SSL_CERT_DIR={d}")
+    for p in paths:
+        if os.path.isfile(p):
+            return Trust(p, cafile=p)
+        looked.append(p)
+    from publish.net import TrustNotFound  # net imports this module: not at the top
+
+    raise TrustNotFound("no CA certificates found; looked at " + ", ".join(looked))

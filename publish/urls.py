@@ -1,0 +1,84 @@
+"""Endpoint and proxy URLs: ``http(s)://host[:port]`` checked part by part, and the Host header's form."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+_HOST_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
+
+
+def _split_url(url: str, what: str) -> tuple[str, str, int]:
+    """Split ``scheme://host[:port][/]`` into parts; messages name the part at fault, never the URL."""
+    if not isinstance(url, str) or not url:
+        raise ValueError(f"{what} URL is empty")
+    if any(c.isspace() or ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        raise ValueError(f"{what} URL contains whitespace or control characters")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValueError(f"{what} URL must start with http:// or https://")
+    scheme = scheme.lower()
+    if scheme not in ("http", "https"):
+        shown = f" {scheme!r}" if re.fullmatch(r"[a-z][a-z0-9+.-]{0,9}", scheme) else ""
+        raise ValueError(f"{what} URL scheme{shown} is not http or https")
+    netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if "@" in netloc:
+        raise ValueError(f"{what} URL must not contain a user name or password")
+    tail = rest[len(netloc) :]
+    if tail not in ("", "/"):
+        if tail.startswith("/"):
+            if "?" in tail or "#" in tail:
+                raise ValueError(f"{what} URL must not have a query or fragment")
+            raise ValueError(f"{what} URL must not have a path")
+        raise ValueError(f"{what} URL must not have a query or fragment")
+    if netloc.startswith("["):
+        end = netloc.find("]")
+        if end < 0:
+            raise ValueError(f"{what} URL has an unterminated IPv6 address")
+        host = netloc[1:end]
+        port_text = netloc[end + 1 :]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{what} URL has an invalid IPv6 address") from None
+        if port_text and not port_text.startswith(":"):
+            raise ValueError(f"{what} URL has text after the IPv6 address")
+        port_text = port_text[1:] if port_text else ""
+        has_port = bool(netloc[end + 1 :])
+    else:
+        host, has_colon, port_text = netloc.partition(":")
+        has_port = bool(has_colon)
+        if not host:
+            raise ValueError(f"{what} URL has no host")
+        if not _HOST_RE.match(host) or ".." in host:
+            raise ValueError(f"{what} URL has an invalid host name")
+    if has_port:
+        if not port_text.isascii() or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ValueError(f"{what} URL port must be a number from 1 to 65535")
+        port = int(port_text)
+    else:
+        port = 443 if scheme == "https" else 80
+    return scheme, host.lower(), port
+
+
+def netloc(scheme: str, host: str, port: int) -> str:
+    """``host[:port]`` as sent in a Host header: IPv6 in brackets, the scheme's default port left out."""
+    shown = f"[{host}]" if ":" in host else host
+    if port == (443 if scheme == "https" else 80):
+        return shown
+    return f"{shown}:{port}"
+
+
+def parse_proxy(url: str) -> str:
+    """Validate a proxy URL (addendum 6): http:// or https://, a host, an optional port, nothing else (one
+    trailing '/' is allowed).  Returns ``scheme://host:port`` (lower case, port explicit); ValueError
+    naming what is wrong, never echoing the URL."""
+    scheme, host, port = _split_url(url, "proxy")
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}:{port}"
+
+
+def parse_endpoint(url: str) -> tuple[str, str, int]:
+    """``http(s)://host[:port]`` (one trailing '/' allowed) -> (scheme, host, port); the host lower case,
+    an IPv6 address without brackets, the port defaulted from the scheme.  ValueError otherwise."""
+    return _split_url(url, "endpoint")
