@@ -7,23 +7,17 @@ operation gets the time left before the request's deadline.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import http.client
-import io
 import os
 import re
-import select
 import socket
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from typing import Optional, Union
 
+from publish.streams import Facade, SockStream, Stream, TLSStream
 from publish.trust import Trust, find_trust
 from publish.urls import netloc, parse_endpoint, parse_proxy
-
-_CHUNK = 256 * 1024
 
 
 class NetError(Exception):
@@ -78,131 +72,6 @@ def _reason(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-# ----------------------------------------------------------------------------------------- streams
-
-Clock = Callable[[], Optional[float]]  # the seconds left before the deadline (None: no deadline)
-
-
-class _SockStream:
-    """A socket (plain or ssl.SSLSocket); every operation gets the time left."""
-
-    def __init__(self, sock: socket.socket, left: Clock, pending: bytes = b"") -> None:
-        self.sock = sock
-        self._left = left
-        self._pending = pending
-
-    def recv_into(self, buf: memoryview) -> int:
-        if self._pending:
-            n = min(len(buf), len(self._pending))
-            buf[:n] = self._pending[:n]
-            self._pending = self._pending[n:]
-            return n
-        self.sock.settimeout(self._left())
-        return self.sock.recv_into(buf)
-
-    def recv(self, size: int) -> bytes:
-        buf = bytearray(size)
-        n = self.recv_into(memoryview(buf))
-        return bytes(buf[:n])
-
-    def sendall(self, data: bytes) -> None:
-        view = memoryview(data)
-        for i in range(0, len(view), _CHUNK):
-            self.sock.settimeout(self._left())
-            self.sock.sendall(view[i : i + _CHUNK])
-
-    def idle_readable(self) -> bool:
-        """True when data or EOF is waiting on a connection that should be quiet (the server closed it)."""
-        if self._pending or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
-            return True
-        try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
-        except (OSError, ValueError):
-            return True
-        return bool(readable)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
-
-
-class _TLSStream:
-    """TLS over another stream through memory BIOs: TLS inside a tunnel, itself maybe TLS (https proxy)."""
-
-    def __init__(self, inner: _SockStream, ctx: ssl.SSLContext, hostname: str) -> None:
-        self.inner = inner
-        self._in = ssl.MemoryBIO()
-        self._out = ssl.MemoryBIO()
-        self._obj = ctx.wrap_bio(self._in, self._out, server_hostname=hostname)
-        self._call(self._obj.do_handshake)
-
-    def _flush(self) -> None:
-        data = self._out.read()
-        if data:
-            self.inner.sendall(data)
-
-    def _fill(self) -> None:
-        data = self.inner.recv(_CHUNK)
-        if data:
-            self._in.write(data)
-        else:
-            self._in.write_eof()
-
-    def _call(self, op: Callable[[], object]) -> object:
-        while True:
-            try:
-                result = op()
-            except ssl.SSLWantReadError:
-                self._flush()
-                self._fill()
-                continue
-            self._flush()
-            return result
-
-    def recv_into(self, buf: memoryview) -> int:
-        try:
-            n = self._call(lambda: self._obj.read(len(buf), buf))
-        except ssl.SSLZeroReturnError:
-            return 0
-        assert isinstance(n, int)
-        return n
-
-    def sendall(self, data: bytes) -> None:
-        view = memoryview(data)
-        for i in range(0, len(view), _CHUNK):
-            self._call(functools.partial(self._obj.write, view[i : i + _CHUNK]))
-
-    def idle_readable(self) -> bool:
-        return self._obj.pending() > 0 or self._in.pending > 0 or self.inner.idle_readable()
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-_Stream = Union[_SockStream, _TLSStream]
-
-
-class _Raw(io.RawIOBase):
-    def __init__(self, stream: _Stream) -> None:
-        self._stream = stream
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: memoryview) -> int:  # type: ignore[override]
-        return self._stream.recv_into(memoryview(b).cast("B"))
-
-
-class _Facade:
-    """What http.client.HTTPResponse needs of a socket: ``makefile('rb')``."""
-
-    def __init__(self, stream: _Stream) -> None:
-        self._stream = stream
-
-    def makefile(self, mode: str) -> io.BufferedReader:
-        return io.BufferedReader(_Raw(self._stream))
-
-
 # --------------------------------------------------------------------------------------- connector
 
 _TOKEN_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -245,7 +114,7 @@ class Connector:
         self._env = dict(env)
         self._ctx: ssl.SSLContext | None = None
         self._proxy_ctx: ssl.SSLContext | None = None
-        self._stream: _Stream | None = None
+        self._stream: Stream | None = None
         self._deadline: float | None = None
 
     # -- time and contexts
@@ -312,7 +181,7 @@ class Connector:
             raise
         return ssock
 
-    def _tunnel(self, stream: _SockStream, who: str) -> _SockStream:
+    def _tunnel(self, stream: SockStream, who: str) -> SockStream:
         """CONNECT through the proxy; returns the stream to the target (bytes past the answer kept)."""
         hostport = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
         try:
@@ -338,9 +207,9 @@ class Connector:
         if not 200 <= status < 300:
             reason = (m.group(2) or "").strip()
             raise ProxyRefused(f"{who} refused CONNECT to {hostport}: {status} {reason}".rstrip())
-        return _SockStream(stream.sock, self._left, pending=rest)
+        return SockStream(stream.sock, self._left, pending=rest)
 
-    def _open(self) -> _Stream:
+    def _open(self) -> Stream:
         # The trust is found before connecting: a missing one fails without touching the network.
         ctx = self._target_ctx() if self.scheme == "https" else None
         if self.proxy is None:
@@ -351,7 +220,7 @@ class Connector:
                 except NetError:
                     sock.close()
                     raise
-            return _SockStream(sock, self._left)
+            return SockStream(sock, self._left)
         who = f"proxy {self.proxy}"
         pscheme, phost, pport = parse_endpoint(self.proxy)
         proxy_ctx = self._system_ctx() if pscheme == "https" else None
@@ -359,13 +228,13 @@ class Connector:
         try:
             if proxy_ctx is not None:
                 sock = self._wrap(sock, proxy_ctx, phost, who)
-            stream = _SockStream(sock, self._left)
+            stream = SockStream(sock, self._left)
             if ctx is None:
                 return stream
             stream = self._tunnel(stream, who)
-            result: list[_TLSStream] = []
+            result: list[TLSStream] = []
             self._handshake(
-                lambda: result.append(_TLSStream(stream, ctx, self.host)), f"{self.name} (via {who})"
+                lambda: result.append(TLSStream(stream, ctx, self.host)), f"{self.name} (via {who})"
             )
             return result[0]
         except NetError:
@@ -429,7 +298,7 @@ class Connector:
             else:
                 stream.sendall(head)
                 stream.sendall(body)
-            resp = http.client.HTTPResponse(_Facade(stream), method=method)  # type: ignore[arg-type]
+            resp = http.client.HTTPResponse(Facade(stream), method=method)  # type: ignore[arg-type]
             resp.begin()
             data = self._body(resp, method, limit)
         except NetError:

@@ -1,0 +1,137 @@
+"""Byte streams under http.client: a socket, or TLS over any stream (so TLS can run inside a proxy's TLS),
+each operation bounded by the time left before the request's deadline."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import select
+import socket
+import ssl
+from collections.abc import Callable
+from typing import Optional, Union
+
+_CHUNK = 256 * 1024
+
+Clock = Callable[[], Optional[float]]  # the seconds left before the deadline (None: no deadline)
+
+
+class SockStream:
+    """A socket (plain or ssl.SSLSocket); every operation gets the time left."""
+
+    def __init__(self, sock: socket.socket, left: Clock, pending: bytes = b"") -> None:
+        self.sock = sock
+        self._left = left
+        self._pending = pending
+
+    def recv_into(self, buf: memoryview) -> int:
+        if self._pending:
+            n = min(len(buf), len(self._pending))
+            buf[:n] = self._pending[:n]
+            self._pending = self._pending[n:]
+            return n
+        self.sock.settimeout(self._left())
+        return self.sock.recv_into(buf)
+
+    def recv(self, size: int) -> bytes:
+        buf = bytearray(size)
+        n = self.recv_into(memoryview(buf))
+        return bytes(buf[:n])
+
+    def sendall(self, data: bytes) -> None:
+        view = memoryview(data)
+        for i in range(0, len(view), _CHUNK):
+            self.sock.settimeout(self._left())
+            self.sock.sendall(view[i : i + _CHUNK])
+
+    def idle_readable(self) -> bool:
+        """True when data or EOF is waiting on a connection that should be quiet (the server closed it)."""
+        if self._pending or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
+            return True
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class TLSStream:
+    """TLS over another stream through memory BIOs: TLS inside a tunnel, itself maybe TLS (https proxy)."""
+
+    def __init__(self, inner: SockStream, ctx: ssl.SSLContext, hostname: str) -> None:
+        self.inner = inner
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._obj = ctx.wrap_bio(self._in, self._out, server_hostname=hostname)
+        self._call(self._obj.do_handshake)
+
+    def _flush(self) -> None:
+        data = self._out.read()
+        if data:
+            self.inner.sendall(data)
+
+    def _fill(self) -> None:
+        data = self.inner.recv(_CHUNK)
+        if data:
+            self._in.write(data)
+        else:
+            self._in.write_eof()
+
+    def _call(self, op: Callable[[], object]) -> object:
+        while True:
+            try:
+                result = op()
+            except ssl.SSLWantReadError:
+                self._flush()
+                self._fill()
+                continue
+            self._flush()
+            return result
+
+    def recv_into(self, buf: memoryview) -> int:
+        try:
+            n = self._call(lambda: self._obj.read(len(buf), buf))
+        except ssl.SSLZeroReturnError:
+            return 0
+        assert isinstance(n, int)
+        return n
+
+    def sendall(self, data: bytes) -> None:
+        view = memoryview(data)
+        for i in range(0, len(view), _CHUNK):
+            self._call(functools.partial(self._obj.write, view[i : i + _CHUNK]))
+
+    def idle_readable(self) -> bool:
+        return self._obj.pending() > 0 or self._in.pending > 0 or self.inner.idle_readable()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+Stream = Union[SockStream, TLSStream]
+
+
+class Raw(io.RawIOBase):
+    def __init__(self, stream: Stream) -> None:
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: memoryview) -> int:  # type: ignore[override]
+        return self._stream.recv_into(memoryview(b).cast("B"))
+
+
+class Facade:
+    """What http.client.HTTPResponse needs of a socket: ``makefile('rb')``."""
+
+    def __init__(self, stream: Stream) -> None:
+        self._stream = stream
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(Raw(self._stream))
