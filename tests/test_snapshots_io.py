@@ -7,6 +7,7 @@ import hashlib
 import os
 import random
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -29,7 +30,9 @@ def payload_for(step: int) -> dict[str, Any]:
 def small_buffers() -> Any:
     """The hashing paths with sizes small enough to exercise every branch on a few KiB."""
     stack = contextlib.ExitStack()
-    stack.enter_context(mock.patch.multiple(_payload, _CHUNK=16, _PARALLEL_HASH=64, _MIN_PIECE=8, _GAP=32))
+    stack.enter_context(
+        mock.patch.multiple(_payload, _CHUNK=16, _IN_PLACE=64, _MIN_PIECE=8, _BLOCK=20, _BLOCKS=2, _GAP=32)
+    )
     stack.enter_context(
         mock.patch.multiple(
             _save, _READ_CHUNK=16, _WRITE_CHUNK=24, _PARALLEL_WRITE=64, _MIN_PIECE=8, _WRITEBACK=100
@@ -68,6 +71,57 @@ def test_the_reader_returns_the_file_and_hashes_it_in_order_whatever_the_reads(
             thread = reader.pipe._thread
             reader.close()
             assert thread is None or not thread.is_alive()
+    finally:
+        os.close(fd)
+
+
+def _held_reader(fd: int) -> tuple[Any, Any]:
+    """A reader whose hashing thread waits for ``release`` before each buffer it hashes."""
+    reader = _payload._HashingReader(fd, len(DATA))
+    release = threading.Event()
+    update = reader.pipe.update
+
+    def held(view: memoryview) -> None:
+        release.wait()
+        update(view)
+
+    reader.pipe.update = held
+    return reader, release
+
+
+def _in_thread(fn: Any, *args: Any) -> threading.Thread:
+    thread = threading.Thread(target=fn, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_small_read_returns_before_it_is_hashed_and_a_large_one_after(tmp_path: Path) -> None:
+    """Small reads are copied for the hashing thread and return at once (hashing goes on beside the load);
+    a large read is hashed from torch's own buffer, so it returns only once hashed; the copies are bounded."""
+    path = tmp_path / "f"
+    path.write_bytes(DATA)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with small_buffers():  # blocks of 20 bytes, at most 2; reads from 64 bytes hashed in place
+            reader, release = _held_reader(fd)
+            small = _in_thread(reader.readinto, bytearray(30))  # two blocks: both may wait to be hashed
+            small.join(10)
+            assert not small.is_alive()
+            more = _in_thread(reader.readinto, bytearray(30))  # needs a block back from the hashing thread
+            more.join(0.3)
+            assert more.is_alive()
+            release.set()
+            more.join(10)
+            assert not more.is_alive()
+            release.clear()
+            large = _in_thread(reader.readinto, bytearray(100))
+            large.join(0.3)
+            assert large.is_alive()  # its bytes are torch's memory: not returned before they are hashed
+            release.set()
+            large.join(10)
+            assert not large.is_alive()
+            assert reader.finish() == (hashlib.sha256(DATA).hexdigest(), len(DATA))
+            reader.close()
     finally:
         os.close(fd)
 

@@ -9,14 +9,16 @@ import os
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional, Union
 
 from . import _fs
 from ._format import SnapshotError, is_int
 
 _CHUNK = 4 << 20
-_PARALLEL_HASH = 1 << 20  # a read this large is hashed on a second thread while it goes on
-_MIN_PIECE = 256 << 10  # such a read is hashed in pieces of at least this size
+_IN_PLACE = 16 << 20  # a read this large is hashed from torch's buffer, in pieces, before it returns
+_MIN_PIECE = 1 << 20  # ... in pieces of at least this size
+_BLOCK = 4 << 20  # a smaller read is copied into blocks of this size for the hashing thread
+_BLOCKS = 8  # ... at most this many
 _GAP = 1 << 20  # a read this far past what is hashed: the gap is hashed first, so hashing stays in order
 
 
@@ -38,6 +40,9 @@ def _join(thread: threading.Thread) -> None:
         raise interrupted
 
 
+_Item = Union[tuple[memoryview, Optional[Callable[[], object]]], threading.Event, None]
+
+
 class HashPipe:
     """A second thread that feeds the buffers handed to it, in order, to ``update`` (a hash's, or one
     that also counts).  hashlib releases the GIL on large buffers, so hashing runs beside the reads or
@@ -46,22 +51,26 @@ class HashPipe:
 
     def __init__(self, update: Callable[[memoryview], object]) -> None:
         self.update = update
-        self._queue: queue.SimpleQueue[memoryview | threading.Event | None] | None = None
+        self._queue: queue.SimpleQueue[_Item] | None = None
         self._thread: threading.Thread | None = None
 
-    def put(self, view: memoryview) -> None:
+    def put(self, view: memoryview, done: Callable[[], object] | None = None) -> None:
+        """Hand ``view`` over; ``done`` is called on the hashing thread once it is hashed."""
         if self._queue is None:
             self._queue = queue.SimpleQueue()
             self._thread = threading.Thread(target=self._run, args=(self._queue,), daemon=True)
             self._thread.start()
-        self._queue.put(view)
+        self._queue.put((view, done))
 
-    def _run(self, items: queue.SimpleQueue[memoryview | threading.Event | None]) -> None:
+    def _run(self, items: queue.SimpleQueue[_Item]) -> None:
         while (item := items.get()) is not None:
             if isinstance(item, threading.Event):
                 item.set()
             else:
-                self.update(item)
+                view, done = item
+                self.update(view)
+                if done is not None:
+                    done()
 
     def wait(self) -> None:
         """Return once every buffer handed over so far is hashed, even through KeyboardInterrupt (raised
@@ -112,11 +121,18 @@ class _HashingReader(io.RawIOBase):
     """The file as ``torch.load`` reads it, hashed in file order from the very buffers the load fills.
 
     torch reads the zip's small records, then each storage with one ``readinto`` straight into the tensor's
-    memory.  A read that starts at (or a little after) the end of what is hashed so far is hashed as it
-    arrives: a large one chunk by chunk on a second thread while the next chunk is read, so hashing overlaps
-    reading and no byte is copied twice.  Anything torch skips or reads out of order is hashed by
-    :meth:`finish` with ``pread``.  Every chunk is hashed before ``readinto`` returns, so the hash never
-    touches memory the load may free.
+    memory.  A read that starts at (or a little after) the end of what is hashed so far is hashed, in file
+    order, on a second thread (:class:`HashPipe`):
+
+    - a large read (from ``_IN_PLACE`` bytes) piece by piece straight from torch's buffer while the next
+      piece is read, and all of it before ``readinto`` returns, so the hash never touches memory the load
+      may free and no byte is copied twice;
+    - a smaller one is copied into blocks of the reader's own (at most ``_BLOCKS`` of ``_BLOCK`` bytes) and
+      ``readinto`` returns at once: hashing goes on while torch allocates and reads the next tensors, which
+      for a state_dict of many small tensors is most of the time.  When every block is waiting to be
+      hashed, the next read waits for one.
+
+    Anything torch skips or reads out of order is hashed by :meth:`finish` with ``pread``.
     """
 
     def __init__(self, fd: int, size: int) -> None:
@@ -127,10 +143,38 @@ class _HashingReader(io.RawIOBase):
         self.hashed = 0  # bytes [0, hashed) are in sha256
         self.sha256 = hashlib.sha256()
         self.pipe = HashPipe(self.sha256.update)
+        self._free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()  # blocks the hasher is done with
+        self._blocks = 0  # blocks made so far
+        self._block: bytearray | None = None  # the block being filled
+        self._fill = 0
 
     def close(self) -> None:
         self.pipe.close()
         super().close()
+
+    def _copy_to_hash(self, data: memoryview) -> None:
+        """Queue ``data`` (the next bytes in file order) for hashing, as a copy in the reader's blocks."""
+        while data:
+            if self._block is None:
+                if self._blocks < _BLOCKS and self._free.empty():
+                    self._blocks += 1
+                    self._block = bytearray(_BLOCK)
+                else:
+                    self._block = self._free.get()
+                self._fill = 0
+            k = min(len(data), _BLOCK - self._fill)
+            self._block[self._fill : self._fill + k] = data[:k]
+            self._fill += k
+            data = data[k:]
+            if self._fill == _BLOCK:
+                self._flush()
+
+    def _flush(self) -> None:
+        """Hand the block being filled to the hashing thread (it gives the block back once hashed)."""
+        block = self._block
+        if block is not None:
+            self.pipe.put(memoryview(block)[: self._fill], lambda: self._free.put(block))
+            self._block = None
 
     def readable(self) -> bool:
         return True
@@ -165,23 +209,24 @@ class _HashingReader(io.RawIOBase):
         return n
 
     def _hash_to(self, end: int) -> None:
-        """Hash ``[hashed, end)`` with ``pread`` (a short gap torch did not read yet)."""
+        """Hash ``[hashed, end)`` with ``pread`` (a gap torch did not read yet, or the rest of the file)."""
         buf = memoryview(bytearray(min(_CHUNK, end - self.hashed)))
         while self.hashed < end:
             n = _pread_into(self.fd, buf[: end - self.hashed], self.hashed)
             if n == 0:
                 return
-            self.sha256.update(buf[:n])
+            self._copy_to_hash(buf[:n])
             self.hashed += n
 
     def _read_hashing(self, view: memoryview, offset: int) -> int:
         """Read into ``view`` from ``offset`` (<= hashed), hashing the bytes from ``hashed`` on as they come."""
-        if len(view) < _PARALLEL_HASH:
+        if len(view) < _IN_PLACE:
             n = _pread_into(self.fd, view, offset)
             if offset + n > self.hashed:
-                self.sha256.update(view[self.hashed - offset : n])
+                self._copy_to_hash(view[self.hashed - offset : n])
                 self.hashed = offset + n
             return n
+        self._flush()  # what is queued before goes first
         # In pieces (a quarter of the read, at most _CHUNK), each handed to the hashing thread once read,
         # so that hashing one piece overlaps reading the next.
         piece = max(_MIN_PIECE, min(_CHUNK, len(view) // 4))
@@ -201,13 +246,14 @@ class _HashingReader(io.RawIOBase):
 
     def finish(self) -> tuple[str, int]:
         """Hash whatever the load did not read, to the end of the file: (sha256 hex, bytes)."""
-        buf = memoryview(bytearray(_CHUNK))
         while True:
-            n = _pread_into(self.fd, buf, self.hashed)
-            if n == 0:
-                return self.sha256.hexdigest(), self.hashed
-            self.sha256.update(buf[:n])
-            self.hashed += n
+            before = self.hashed
+            self._hash_to(self.hashed + _CHUNK)
+            if self.hashed == before:
+                break
+        self._flush()
+        self.pipe.wait()
+        return self.sha256.hexdigest(), self.hashed
 
 
 Fingerprint = tuple[int, int, int, int, int]
