@@ -80,7 +80,12 @@ class Result:
 def command() -> list[str] | None:
     """The command under test when it is not the in-process ``main``: ``PUBLISH_BIN`` (a path, or a command)."""
     value = os.environ.get("PUBLISH_BIN", "")
-    return shlex.split(value) if value else None
+    if not value:
+        return None
+    words = shlex.split(value)
+    if os.sep in words[0]:  # a relative path still names the same file from the directories tests run in
+        words[0] = os.path.abspath(words[0])
+    return words
 
 
 def base_env() -> dict[str, str]:
