@@ -5,6 +5,7 @@ http:// or https:// proxy (CONNECT tunnels and absolute-form forwarding) that co
     with Server(tls=ca) as srv:  ...  srv.url          # https://127.0.0.1:PORT (http:// without tls)
     with Proxy(tls=ca) as proxy: ...  proxy.url        # https://127.0.0.1:PORT; proxy.connects, .forwards
     with Proxy(refuse=403) as proxy: ...               # answers every CONNECT with 403
+    proxy.seen, proxy.paths()                          # every request (headers, body); (method, path) pairs
 
 Server paths (any method): /echo... answers JSON {method, path, headers, body}; /bytes/N a body of N bytes;
 /chunked/N the same, chunked; /trickle/N N bytes, one every 50 ms; /stall/SECONDS waits before answering; /drop closes without answering;
@@ -24,6 +25,7 @@ import ssl
 import struct
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -190,11 +192,22 @@ def relay(a: socket.socket, b: socket.socket, idle: float = 30.0) -> None:
                 return
 
 
+@dataclass
+class Seen:
+    """One request a :class:`Proxy` was sent."""
+
+    method: str
+    target: str
+    headers: dict[str, str] = field(default_factory=dict)  # lower-case names
+    body: bytes = b""
+
+
 class ProxyHandler(_Base):
     def do_CONNECT(self) -> None:
         owner: Proxy = self.server.owner
         with owner.lock:
             owner.connects.append(self.path)
+            owner.seen.append(Seen("CONNECT", self.path, {k.lower(): v for k, v in self.headers.items()}))
         self.close_connection = True
         if owner.refuse:
             self.send_response(owner.refuse)
@@ -216,11 +229,14 @@ class ProxyHandler(_Base):
 
     def _forward(self) -> None:
         owner: Proxy = self.server.owner
-        with owner.lock:
-            owner.forwards.append(f"{self.command} {self.path}")
-        url = urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        with owner.lock:
+            owner.forwards.append(f"{self.command} {self.path}")
+            owner.seen.append(
+                Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            )
+        url = urlsplit(self.path)
         if url.scheme != "http" or url.hostname is None:
             self.send_error(400, "absolute-form http URL expected")
             return
@@ -251,7 +267,8 @@ class ProxyHandler(_Base):
 
 class Proxy(_Running):
     """An http:// (or, with ``tls``, https://) proxy.  ``connects``: the CONNECT targets; ``forwards``:
-    the absolute-form request lines; ``refuse``: a status to answer every CONNECT with."""
+    the absolute-form request lines; ``seen``: every request, headers and body included; ``refuse``: a
+    status to answer every CONNECT with (may be set while it runs)."""
 
     handler = ProxyHandler
 
@@ -259,7 +276,12 @@ class Proxy(_Running):
         self.refuse = refuse
         self.connects: list[str] = []
         self.forwards: list[str] = []
+        self.seen: list[Seen] = []
         super().__init__(tls)
+
+    def paths(self) -> list[tuple[str, str]]:
+        """(method, path) of each request: the path without scheme and host, or CONNECT's host:port."""
+        return [(s.method, s.target if s.method == "CONNECT" else urlsplit(s.target).path) for s in self.seen]
 
 
 def dead_port() -> int:

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from publish.creds.sources import NotAnswering, parse_sources, resolve
 from publish.creds.vault import DEFAULT_JWT, Location, VaultSource, parse_location, redact
 from publish.errors import CredentialsError
-from tests.vault_server import Bao, RecordingProxy, free_port
+from tests.netfixtures import Proxy
+from tests.vault_server import Bao, free_port
 
 AK = "AKIAVAULTEXAMPLE0001"
 SK = "vault-secret-access-key/EXAMPLE+0001"
@@ -401,7 +402,7 @@ def approle_source(server: Bao, approle: Path, path: str = "team/s3", extra: str
 
 
 @pytest.mark.vault
-def test_approle_login_read_and_revoke(bao: Bao, tmp_path: Path, recording_proxy: RecordingProxy) -> None:
+def test_approle_login_read_and_revoke(bao: Bao, tmp_path: Path, recording_proxy: Proxy) -> None:
     bao.write_kv(
         "team/s3", dict(GOOD, session_token=TOKEN, endpoint="http://127.0.0.1:9000", region="eu-west-1")
     )
@@ -490,7 +491,7 @@ def test_kv2_custom_mount_with_slash(bao: Bao, tmp_path: Path) -> None:
 
 
 @pytest.mark.vault
-def test_namespace(bao: Bao, tmp_path: Path, recording_proxy: RecordingProxy) -> None:
+def test_namespace(bao: Bao, tmp_path: Path, recording_proxy: Proxy) -> None:
     bao.create_namespace("research")
     bao.write_kv("team/s3", dict(GOOD, region="eu-south-1"), namespace="research", mount="secret")
     bao.make_approle(tmp_path / "a", namespace="research")
@@ -555,7 +556,7 @@ def test_sealed_does_not_answer_and_next_is_used(bao: Bao, tmp_path: Path) -> No
 
 
 @pytest.mark.vault
-def test_tls_with_ca(bao_tls: Bao, tmp_path: Path, recording_proxy: RecordingProxy) -> None:
+def test_tls_with_ca(bao_tls: Bao, tmp_path: Path, recording_proxy: Proxy) -> None:
     bao_tls.write_kv("team/s3", GOOD)
     bao_tls.make_approle(tmp_path / "a")
     s = approle_source(bao_tls, tmp_path / "a", extra=f"&ca={bao_tls.ca}")
@@ -590,11 +591,9 @@ def test_tls_without_ca_or_with_wrong_ca_refused(bao_tls: Bao, tmp_path: Path) -
 
 
 @pytest.mark.vault
-def test_proxy_refusing_the_tunnel_refused(
-    bao_tls: Bao, tmp_path: Path, recording_proxy: RecordingProxy
-) -> None:
+def test_proxy_refusing_the_tunnel_refused(bao_tls: Bao, tmp_path: Path, recording_proxy: Proxy) -> None:
     bao_tls.make_approle(tmp_path / "a")
-    recording_proxy.refuse_connect = True
+    recording_proxy.refuse = 403
     proxy = "&proxy=" + recording_proxy.url.replace(":", "%3A").replace("/", "%2F")
     message = refused(approle_source(bao_tls, tmp_path / "a", extra=f"&ca={bao_tls.ca}{proxy}"))
     assert f"proxy {recording_proxy.url}" in message and "403" in message
@@ -644,13 +643,11 @@ def test_cli_empty_creds_is_a_credentials_error() -> None:
 
 
 @pytest.mark.vault
-def test_cli_refused_vault_source_exits_1(
-    bao_tls: Bao, tmp_path: Path, recording_proxy: RecordingProxy
-) -> None:
+def test_cli_refused_vault_source_exits_1(bao_tls: Bao, tmp_path: Path, recording_proxy: Proxy) -> None:
     from tests.conftest import run_cli
 
     bao_tls.make_approle(tmp_path / "a")
-    recording_proxy.refuse_connect = True
+    recording_proxy.refuse = 403
     proxy = recording_proxy.url.replace(":", "%3A").replace("/", "%2F")
     creds = f"vault:{bao_tls.address}/team/s3?auth=approle&approle={tmp_path}/a&ca={bao_tls.ca}&proxy={proxy}"
     r = run_cli("resolve", "-checkpoint", "s3://ckpts/run-7", "-creds", creds)

@@ -8,8 +8,8 @@ Reusable by any test module (``from tests.vault_server import *`` or import the 
   ``kubernetes`` with a test key pair, and :meth:`Bao.service_account_token` signs tokens it accepts;
   :meth:`Bao.seal` / :meth:`Bao.unseal` (use the ``sealed`` context manager so a failing test unseals).
 - ``bao_tls``: a session-scoped dev server with a TLS listener (``-dev-tls``); ``bao_tls.ca`` is its CA file.
-- ``recording_proxy``: a :class:`RecordingProxy` (absolute-form forwarding and CONNECT tunnels) that records
-  every request it is sent, headers included; ``refuse_connect`` makes it answer CONNECT with 403.
+- ``recording_proxy``: a ``tests.netfixtures.Proxy`` (absolute-form forwarding and CONNECT tunnels) that
+  records every request it is sent, headers included; ``refuse = 403`` makes it answer CONNECT with 403.
 
 When the ``bao`` binary is missing the tests skip, or fail when ``CI=true``.
 """
@@ -22,21 +22,18 @@ import http.client
 import json
 import os
 import re
-import select
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
+
+from tests.netfixtures import Proxy
 
 ROOT_TOKEN = "test-root-token-" + uuid.uuid4().hex[:12]
 SA_ISSUER = "kubernetes/serviceaccount"
@@ -327,128 +324,6 @@ class Bao:
         self._log.close()
 
 
-# ------------------------------------------------------------------------------------------------ proxy
-
-
-@dataclass
-class Seen:
-    method: str
-    target: str
-    headers: dict[str, str] = field(default_factory=dict)  # lower-case names
-    body: bytes = b""
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_CONNECT(self) -> None:  # noqa: N802 - http.server's naming
-        proxy = self.server.owner
-        proxy.seen.append(Seen("CONNECT", self.path, {k.lower(): v for k, v in self.headers.items()}))
-        if proxy.refuse_connect:
-            self.send_response(403, "Forbidden by test proxy")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        host, _, port = self.path.rpartition(":")
-        try:
-            upstream = socket.create_connection((host.strip("[]"), int(port)), timeout=10)
-        except OSError:
-            self.send_response(502, "Bad Gateway")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        self.send_response(200, "Connection established")
-        self.end_headers()
-        self.wfile.flush()
-        self.close_connection = True
-        socks = [self.connection, upstream]
-        try:
-            while True:
-                readable, _, _ = select.select(socks, [], [], 30)
-                if not readable:
-                    return
-                for s in readable:
-                    data = s.recv(65536)
-                    if not data:
-                        return
-                    (upstream if s is self.connection else self.connection).sendall(data)
-        except OSError:
-            return
-        finally:
-            upstream.close()
-
-    def _forward(self) -> None:
-        proxy = self.server.owner
-        length = int(self.headers.get("Content-Length", "0") or 0)
-        body = self.rfile.read(length) if length else b""
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        proxy.seen.append(Seen(self.command, self.path, headers, body))
-        url = urlsplit(self.path)
-        if url.scheme != "http" or not url.hostname:
-            self.send_response(400, "absolute-form http only")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=30)
-        try:
-            target = url.path + (f"?{url.query}" if url.query else "")
-            send = {
-                k: v for k, v in self.headers.items() if k.lower() not in ("proxy-connection", "connection")
-            }
-            conn.request(self.command, target, body=body, headers=send)
-            resp = conn.getresponse()
-            data = resp.read()
-        except OSError:
-            self.send_response(502, "Bad Gateway")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        finally:
-            conn.close()
-        self.send_response(resp.status, resp.reason)
-        for k, v in resp.getheaders():
-            if k.lower() not in ("content-length", "transfer-encoding", "connection"):
-                self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _forward  # noqa: N815
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: RecordingProxy
-
-
-class RecordingProxy:
-    """An HTTP proxy on a free loopback port that records every request it is sent."""
-
-    def __init__(self) -> None:
-        self.seen: list[Seen] = []
-        self.refuse_connect = False
-        self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.owner = self
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def paths(self) -> list[tuple[str, str]]:
-        """(method, path) of each request, the path without scheme and host."""
-        out = []
-        for s in self.seen:
-            out.append((s.method, urlsplit(s.target).path if s.method != "CONNECT" else s.target))
-        return out
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 # --------------------------------------------------------------------------------------------- fixtures
 
 
@@ -473,9 +348,6 @@ def bao_tls() -> Iterator[Bao]:
 
 
 @pytest.fixture
-def recording_proxy() -> Iterator[RecordingProxy]:
-    proxy = RecordingProxy()
-    try:
+def recording_proxy() -> Iterator[Proxy]:
+    with Proxy() as proxy:
         yield proxy
-    finally:
-        proxy.stop()
