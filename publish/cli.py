@@ -17,11 +17,11 @@ TYPE_CHECKING = (
     False  # typing and threading cost start-up time; mypy reads this block, the interpreter skips it
 )
 if TYPE_CHECKING:
-    import threading
     from collections.abc import Mapping
     from typing import Any, Callable, TextIO
 
     from publish.stores.base import Store
+    from publish.verbs.watch import SignalStop, Stop
 
 _ROOT_FLAGS = "-checkpoint ROOT [-creds LIST [-proxy URL]] [-timeout 5m]"
 SYNOPSIS = {
@@ -167,7 +167,7 @@ def _open_store(run: _Run, root: roots.Root, say: Say, deadline: float, renew: b
     return store, source
 
 
-def _execute(run: _Run, say: Say, stop: threading.Event | None) -> None:
+def _execute(run: _Run, say: Say, stop: Stop | None) -> None:
     verb, fs = run.verb, run.fs
     started = time.monotonic()
     timeout = float(fs.value("timeout"))
@@ -276,7 +276,7 @@ def main(
     stderr: TextIO,
     *,
     cwd: str | None = None,
-    stop: threading.Event | None = None,
+    stop: Stop | None = None,
 ) -> int:
     """Run one command line (without the program name) and return its exit status.
 
@@ -329,8 +329,11 @@ def main(
         import threading
 
         if threading.current_thread() is threading.main_thread():
-            stop = threading.Event()
-            restore = _trap_signals(stop)
+            from publish.verbs.watch import SignalStop
+
+            signal_stop = SignalStop()
+            stop = signal_stop
+            restore = _trap_signals(signal_stop)
     try:
         _execute(run, Say(out, warn), stop)
     except UsageError as e:
@@ -355,7 +358,8 @@ def main(
     return 0
 
 
-def _trap_signals(stop: threading.Event) -> Callable[[], None]:
+def _trap_signals(stop: SignalStop) -> Callable[[], None]:
+    """SIGTERM and SIGINT set ``stop`` (which a handler may set: see SignalStop) until ``restore``."""
     import signal
 
     def handler(signum: int, frame: object) -> None:
@@ -366,6 +370,7 @@ def _trap_signals(stop: threading.Event) -> Callable[[], None]:
     def restore() -> None:
         for sig, previous in old.items():
             signal.signal(sig, previous)
+        stop.close()
 
     return restore
 

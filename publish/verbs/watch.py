@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 
 from publish.errors import Failure
@@ -9,6 +11,51 @@ from publish.frameworks import Framework
 from publish.stores.base import Store
 from publish.verbs import Say
 from publish.verbs.publish import publish_entry
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class Stop(Protocol):
+        """What ``watch`` waits on: a ``threading.Event``, or a :class:`SignalStop`."""
+
+        def is_set(self) -> bool: ...
+        def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class SignalStop:
+    """A stop flag that a signal handler may set.
+
+    ``threading.Event.set()`` takes a lock that the main thread holds for a moment inside ``Event.wait()``;
+    a handler that runs in that moment (handlers run in the main thread) waits for itself for ever, and a
+    flood of signals breaks the interpreter's handling altogether.  Here :meth:`set` takes no lock: it sets
+    a flag and writes one byte to a pipe, and :meth:`wait` sleeps in ``select`` on that pipe, so it wakes as
+    soon as the flag is set, from a handler or from another thread.
+    """
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+
+    def set(self) -> None:
+        self._flag = True
+        with contextlib.suppress(OSError):  # the pipe is full (it is awake already) or closed
+            os.write(self._write, b"\0")
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self._flag:
+            import select
+
+            select.select([self._read], [], [], timeout)
+        return self._flag
+
+    def close(self) -> None:
+        os.close(self._read)
+        os.close(self._write)
 
 
 class Watcher:
@@ -65,7 +112,7 @@ def watch(
     epoch: int,
     interval: float,
     timeout: float,
-    stop: threading.Event,
+    stop: Stop,
 ) -> None:
     """Scan every ``interval`` seconds until ``stop`` is set, then scan once more (bounded by ``timeout``)."""
     store.check_root()
