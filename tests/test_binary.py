@@ -432,6 +432,8 @@ def test_a_full_disk_when_a_packed_member_is_first_needed_says_what_and_where(
             ": No space left on device (free space there, or point TMPDIR at another filesystem)\n"
         ), r.stderr
         assert r.stderr.count("\n") == 1
+        # its unpack directory goes too: the cleaner removes it just after the program has exited
+        assert wait_gone({str(p) for p in small.iterdir() if p.name != "filler"}) == set()
         assert os.listdir(small) == ["filler"]
     finally:
         umount(small)
