@@ -359,7 +359,7 @@ class S3Client:
         page without a continuation token or with one already used, is a StoreError naming the LIST."""
         out = Listing()
         token = ""
-        used: set[str] = set()
+        used: set[bytes] = set()  # digests: a token may be long, and a hostile store sends many
         page = 0
         what = f"list {self.where(prefix)}"
         with self._lock:
@@ -376,14 +376,13 @@ class S3Client:
                     if not k.startswith(prefix):
                         raise StoreError(f"{what}: the store returned {k}, outside the prefix")
                 for p in prefixes:
-                    rest = p[len(prefix) :]
-                    if (
-                        not p.startswith(prefix)
-                        or not delimiter
-                        or not rest.endswith(delimiter)
-                        or delimiter in rest[: -len(delimiter)]
-                    ):
+                    if not p.startswith(prefix):
                         raise StoreError(f"{what}: the store returned {p}, outside the prefix")
+                    rest = p[len(prefix) :]
+                    if not delimiter or not rest.endswith(delimiter) or delimiter in rest[: -len(delimiter)]:
+                        raise StoreError(
+                            f"{what}: the store returned the common prefix {p}, not one element below the prefix"
+                        )
                 out.keys += keys
                 out.prefixes += prefixes
                 page += 1
@@ -395,9 +394,10 @@ class S3Client:
                 # A store that hands back a token it gave before would be listed forever.
                 if not token:
                     raise StoreError(f"{what}: the store sent a truncated listing without a token")
-                if token in used:
+                digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+                if digest in used:
                     raise StoreError(f"{what}: the store sent a continuation token it had sent before")
-                used.add(token)
+                used.add(digest)
 
     def get(self, key: str, limit: int = GET_LIMIT) -> bytes | None:
         """The object's bytes, or None when there is none (404 NoSuchKey).  Over ``limit`` (at most 64 MiB)

@@ -281,26 +281,28 @@ def test_resolve_fails_on_a_key_outside_the_prefix(
     assert "outside the prefix" in r.err
 
 
+BELOW = "not one element below the prefix"
+
+
 @pytest.mark.parametrize(
-    "prefixes",
+    ("prefix", "why"),
     [
-        ["elsewhere/"],  # not under the prefix
-        [f"{PREFIX}/exec/A/deeper/"],  # two elements below it
-        [f"{PREFIX}/exec/A"],  # without the delimiter
-        [f"{PREFIX}/exec/"],  # the prefix itself
+        ("elsewhere/", "elsewhere/, outside the prefix"),
+        (f"{PREFIX}/exec/A/deeper/", f"the common prefix {PREFIX}/exec/A/deeper/, {BELOW}"),
+        (f"{PREFIX}/exec/A", f"the common prefix {PREFIX}/exec/A, {BELOW}"),  # no delimiter
+        (f"{PREFIX}/exec/", f"the common prefix {PREFIX}/exec/, {BELOW}"),  # the prefix itself
     ],
 )
 def test_a_common_prefix_that_is_not_one_element_below_is_an_error(
-    hostile: Callable[[Reply], tuple[Hostile, str]], prefixes: list[str]
+    hostile: Callable[[Reply], tuple[Hostile, str]], prefix: str, why: str
 ) -> None:
     def reply(h: Handler, req: Request) -> None:
-        h.answer(200, listing(prefixes=prefixes))
+        h.answer(200, listing(prefixes=[f"{PREFIX}/exec/B/", prefix]))
 
     _, url = hostile(reply)
-    with pytest.raises(
-        StoreError, match=r"list s3://hostile/run/exec/: the store returned .*, outside the prefix"
-    ):
+    with pytest.raises(StoreError) as e:
         store(url).list_folders("exec")
+    assert str(e.value) == f"store: list s3://hostile/run/exec/: the store returned {why}"
 
 
 def test_keys_under_the_prefix_are_listed(hostile: Callable[[Reply], tuple[Hostile, str]]) -> None:
