@@ -337,6 +337,9 @@ class S3Client:
                 self._backoff(attempt, what, str(e))
                 continue
             except net.TooLarge as e:
+                if e.status in RETRY_STATUS:  # a proxy's error page can be large: still worth another send
+                    self._backoff(attempt, what, str(_too_large(op, what, e))[len(f"store: {what}: ") :])
+                    continue
                 raise _too_large(op, what, e) from None
             except net.NetError as e:
                 raise StoreError(f"{what}: {e}") from None

@@ -359,7 +359,7 @@ def test_an_endless_delete_objects_answer_is_refused(hostile: Callable[[Reply], 
 def test_an_endless_error_body_is_refused_at_64_kib(
     hostile: Callable[[Reply], tuple[Hostile, str]], op: str
 ) -> None:
-    srv, url = hostile(lambda h, req: h.endless(status=500))
+    srv, url = hostile(lambda h, req: h.endless(status=400))
     c = s3client(url)
     calls: dict[str, Callable[[], object]] = {
         "get": lambda: c.get(f"{PREFIX}/x"),
@@ -368,11 +368,35 @@ def test_an_endless_error_body_is_refused_at_64_kib(
         "delete": lambda: c.delete(f"{PREFIX}/x"),
     }
     with pytest.raises(
-        StoreError, match=r"larger than the limit of 65536 bytes|HTTP 500 answer is more than 65536"
+        StoreError, match=r"larger than the limit of 65536 bytes|HTTP 400 answer is more than 65536"
     ):
         calls[op]()
     assert srv.sent < READ_AT_MOST
     assert len(srv.seen) == 1
+
+
+def test_an_endless_503_is_sent_again_like_any_503(hostile: Callable[[Reply], tuple[Hostile, str]]) -> None:
+    def reply(h: Handler, req: Request) -> None:
+        if len(h.server.owner.seen) <= 2:
+            h.endless(status=503)
+        else:
+            h.answer(200, listing([f"{PREFIX}/pub/{entry(1)}"]))
+
+    srv, url = hostile(reply)
+    assert store(url).list_entries() == [entry(1)]
+    assert srv.kinds() == ["LIST", "LIST", "LIST"]
+    assert srv.sent < READ_AT_MOST
+
+
+def test_an_endless_503_fails_once_out_of_attempts(hostile: Callable[[Reply], tuple[Hostile, str]]) -> None:
+    srv, url = hostile(lambda h, req: h.endless(status=503))
+    c = s3client(url)
+    c.set_deadline(None)  # no deadline: a bounded number of sends
+    with pytest.raises(
+        StoreError, match=r"HTTP 503 answer is more than 65536 bytes.*\(gave up after 8 attempts\)"
+    ):
+        c.list(f"{PREFIX}/pub/")
+    assert len(srv.seen) == 8
 
 
 def test_a_get_error_with_a_huge_length_is_refused(hostile: Callable[[Reply], tuple[Hostile, str]]) -> None:
