@@ -95,11 +95,11 @@ def _parse_xml(body: bytes) -> ElementTree.Element | None:
         return None
 
 
-def _too_large(op: str, what: str, e: net.TooLarge) -> StoreError:
-    """``<what>: the answer is N bytes, over the limit of L bytes`` (a refused read, never a retry)."""
+def _too_large(op: str, e: net.TooLarge) -> str:
+    """``the answer is N bytes, over the limit of L bytes``: why a body was refused, in the operation's words."""
     size = f"{e.size} bytes" if e.size is not None else f"more than {e.limit} bytes"
     kind = f"HTTP {e.status} answer" if e.status >= 300 else "object" if op == "get" else "answer"
-    return StoreError(f"{what}: the {kind} is {size}, over the limit of {e.limit} bytes", status=e.status)
+    return f"the {kind} is {size}, over the limit of {e.limit} bytes"
 
 
 def _listing(what: str, body: bytes) -> tuple[list[str], list[str], bool, str]:
@@ -338,9 +338,9 @@ class S3Client:
                 continue
             except net.TooLarge as e:
                 if e.status in RETRY_STATUS:  # a proxy's error page can be large: still worth another send
-                    self._backoff(attempt, what, str(_too_large(op, what, e))[len(f"store: {what}: ") :])
+                    self._backoff(attempt, what, _too_large(op, e))
                     continue
-                raise _too_large(op, what, e) from None
+                raise StoreError(f"{what}: {_too_large(op, e)}", status=e.status) from None
             except net.NetError as e:
                 raise StoreError(f"{what}: {e}") from None
             if a.status < 300 or a.status in ok:
