@@ -262,6 +262,28 @@ def test_prune_deletes_nothing_when_a_list_holds_a_key_outside_its_prefix(
     assert "DELETE_OBJECTS" not in srv.kinds() and "DELETE" not in srv.kinds()
 
 
+def test_prune_deletes_no_object_of_a_folder_whose_listing_holds_a_key_outside_it(
+    hostile: Callable[[Reply], tuple[Hostile, str]], tmp_path: Path
+) -> None:
+    def reply(h: Handler, req: Request) -> None:
+        if req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/pub/":
+            h.answer(200, listing([f"{PREFIX}/pub/{entry(1)}", f"{PREFIX}/pub/{entry(2)}"]))
+        elif req.kind == "LIST":  # the old folder's listing strays into its sibling
+            h.answer(200, listing([f"{PREFIX}/exec/A/checkpoint-1/w", f"{PREFIX}/exec/A/checkpoint-2/w"]))
+        else:
+            h.answer(200, DELETED)
+
+    srv, url = hostile(reply)
+    r = cli(tmp_path, url, "prune", "-keep", "1")
+    assert r.code == 1
+    assert r.err == (
+        f"publish: store: list s3://{BUCKET}/{PREFIX}/exec/A/checkpoint-1/: the store returned "
+        f"{PREFIX}/exec/A/checkpoint-2/w, outside the prefix\n"
+    )
+    deletes = [req.body.decode() for req in srv.seen if req.kind == "DELETE_OBJECTS"]
+    assert len(deletes) == 1 and f"<Key>{PREFIX}/pub/{entry(1)}</Key>" in deletes[0]  # the entry only
+
+
 def test_publish_refuses_a_save_that_only_a_key_outside_the_prefix_seems_to_hold(
     hostile: Callable[[Reply], tuple[Hostile, str]], tmp_path: Path
 ) -> None:
