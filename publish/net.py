@@ -48,6 +48,24 @@ class TrustNotFound(NetError):
     """No CA certificates were found for an https connection."""
 
 
+class TooLarge(NetError):
+    """The response body is over the cap: ``size`` is its Content-Length (None when it came without one)."""
+
+    def __init__(self, message: str, size: int | None, limit: int, status: int) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+        self.status = status
+
+
+#: The cap on a response body when the caller gives none.
+DEFAULT_LIMIT = 1024 * 1024
+#: The cap on the body of an answer with a status of 300 or more (an error document is far smaller).
+ERROR_LIMIT = 64 * 1024
+#: The most one read asks of the stream, so a large cap never allocates the whole cap up front.
+_PIECE = 256 * 1024
+
+
 # ---------------------------------------------------------------------------- TLS context, reasons
 
 
@@ -279,12 +297,16 @@ class Connector:
         body: bytes = b"",
         *,
         timeout: float | None,
-        limit: int | None = None,
+        limit: int = DEFAULT_LIMIT,
+        error_limit: int = ERROR_LIMIT,
     ) -> Response:
         """Send one request (``target``: the path and query, already encoded) and read the whole response.
 
-        ``timeout`` is the time left for the whole request; ``limit`` caps the body size.  A kept
-        connection that the server closed is reopened before anything is sent."""
+        ``timeout`` is the time left for the whole request.  The body is capped at ``limit`` bytes, or at
+        ``error_limit`` when the status is 300 or more: over the cap is :class:`TooLarge` (a Content-Length
+        over it before anything is read; a body without one once cap + 1 bytes arrived).  There is no way to
+        read a body without a cap.  A kept connection that the server closed is reopened before anything is
+        sent."""
         head = self._head(method, target, headers, body)
         self._deadline = None if timeout is None else time.monotonic() + timeout
         if self._stream is not None and self._stream.idle_readable():
@@ -300,7 +322,7 @@ class Connector:
                 stream.sendall(body)
             resp = http.client.HTTPResponse(Facade(stream), method=method)  # type: ignore[arg-type]
             resp.begin()
-            data = self._body(resp, method, limit)
+            data = self._body(resp, method, limit if resp.status < 300 else error_limit)
         except NetError:
             self._drop()
             raise
@@ -324,21 +346,25 @@ class Connector:
             headers_out[k] = f"{headers_out[k]}, {v}" if k in headers_out else v
         return Response(resp.status, resp.reason, headers_out, data)
 
-    def _body(self, resp: http.client.HTTPResponse, method: str, limit: int | None) -> bytes:
-        if limit is None:
-            return resp.read()
+    def _body(self, resp: http.client.HTTPResponse, method: str, limit: int) -> bytes:
+        what = "response body" if resp.status < 300 else f"body of the HTTP {resp.status} answer"
         length = resp.getheader("content-length", "")
         if method != "HEAD" and length.isdigit() and int(length) > limit:
-            raise NetError(
-                f"{self.name}: response body of {int(length)} bytes is larger than the limit of {limit} bytes"
+            raise TooLarge(
+                f"{self.name}: {what} of {int(length)} bytes is larger than the limit of {limit} bytes",
+                int(length),
+                limit,
+                resp.status,
             )
         parts: list[bytes] = []
         total = 0
         while True:
-            piece = resp.read(limit + 1 - total)
+            piece = resp.read(min(_PIECE, limit + 1 - total))
             if not piece:
                 return b"".join(parts)
             parts.append(piece)
             total += len(piece)
             if total > limit:
-                raise NetError(f"{self.name}: response body is larger than the limit of {limit} bytes")
+                raise TooLarge(
+                    f"{self.name}: {what} is larger than the limit of {limit} bytes", None, limit, resp.status
+                )

@@ -13,7 +13,6 @@ import base64
 import datetime
 import hashlib
 import random
-import re
 import threading
 import time
 from collections import Counter
@@ -29,6 +28,14 @@ from publish.errors import StoreError
 
 #: The largest object GET reads (spec: trainer_state.json over 64 MiB is refused).
 GET_LIMIT = 64 * 1024 * 1024
+#: The cap on one LIST page: 1,000 keys of 1,024 bytes URL-encoded (up to 3 bytes a byte) is about 3 MiB,
+#: with each <Contents> element's ETag, size, date and owner on top; 16 MiB leaves four times that.
+LIST_LIMIT = 16 * 1024 * 1024
+#: The cap on a DeleteObjects answer.  Quiet, it holds only the per-key errors: 1,000 of them, each with a key
+#: of up to 1,024 bytes that XML escaping makes up to 5,120 (``&amp;``), a code and a message: about 6 MiB.
+DELETE_LIMIT = 8 * 1024 * 1024
+#: The cap on an error document, and on the answer to a PUT, HEAD or DELETE (which carries no body).
+SMALL_LIMIT = net.ERROR_LIMIT
 #: Keys per DeleteObjects request, and per LIST page.
 BATCH = 1000
 #: Codes that mean the credentials were refused: renewed once when a renewer is given.
@@ -53,6 +60,8 @@ class Listing:
 
     keys: list[str] = field(default_factory=list)
     prefixes: list[str] = field(default_factory=list)
+    #: True when the store had more to list than the pages asked for.
+    truncated: bool = False
 
 
 @dataclass
@@ -82,8 +91,50 @@ def _text(elem: ElementTree.Element, name: str) -> str:
 def _parse_xml(body: bytes) -> ElementTree.Element | None:
     try:
         return ElementTree.fromstring(body)
-    except ElementTree.ParseError:
+    except (ElementTree.ParseError, ValueError, LookupError):  # LookupError: an unknown declared encoding
         return None
+
+
+def _too_large(op: str, e: net.TooLarge) -> str:
+    """``the answer is N bytes, over the limit of L bytes``: why a body was refused, in the operation's words."""
+    size = f"{e.size} bytes" if e.size is not None else f"more than {e.limit} bytes"
+    kind = f"HTTP {e.status} answer" if e.status >= 300 else "object" if op == "get" else "answer"
+    return f"the {kind} is {size}, over the limit of {e.limit} bytes"
+
+
+def _listing(what: str, body: bytes) -> tuple[list[str], list[str], bool, str]:
+    """(keys, common prefixes, truncated, next token) of one ListObjectsV2 page, decoded."""
+    root = _parse_xml(body)
+    if root is None or _local(root.tag) != "ListBucketResult":
+        raise StoreError(f"{what}: the store sent an answer that is not a listing")
+    truncated = _text(root, "IsTruncated").lower()
+    if truncated not in ("true", "false"):
+        raise StoreError(f"{what}: the store sent a listing without IsTruncated true or false")
+    encoded = _text(root, "EncodingType").lower() == "url"
+
+    def dec(s: str) -> str:
+        if not encoded or ("%" not in s and "+" not in s):
+            return s
+        try:
+            return unquote_plus(s, errors="strict")
+        except UnicodeDecodeError:
+            raise StoreError(f"{what}: the store listed a key that is not UTF-8: {s}") from None
+
+    def each(parent: str, child: str) -> list[str]:
+        found = []
+        for elem in _children(root, parent):
+            value = _text(elem, child)
+            if not value:
+                raise StoreError(f"{what}: the store sent a listing with a {parent} that has no {child}")
+            found.append(dec(value))
+        return found
+
+    return (
+        each("Contents", "Key"),
+        each("CommonPrefixes", "Prefix"),
+        truncated == "true",
+        _text(root, "NextContinuationToken"),
+    )
 
 
 def _error_of(status: int, headers: Mapping[str, str], body: bytes) -> tuple[str, str]:
@@ -175,7 +226,7 @@ class S3Client:
         query: Sequence[tuple[str, str]] = (),
         headers: Mapping[str, str] | None = None,
         body: bytes = b"",
-        limit: int | None = None,
+        limit: int = SMALL_LIMIT,
     ) -> _Answer:
         """Sign and send once (``key`` None: to the bucket itself; ``name`` is the key messages name); a
         refusal of the credentials is renewed and sent once more."""
@@ -190,7 +241,15 @@ class S3Client:
             )
             self.sent[op] += 1
             try:
-                resp = self.conn.request(method, target, signed, body, timeout=self._left(what), limit=limit)
+                resp = self.conn.request(
+                    method,
+                    target,
+                    signed,
+                    body,
+                    timeout=self._left(what),
+                    limit=limit,
+                    error_limit=SMALL_LIMIT,
+                )
             except net.TimedOut:
                 raise self._timed_out(what) from None
             except net.NetError:
@@ -218,7 +277,7 @@ class S3Client:
         self.sent["get"] += 1
         try:
             resp = self.conn.request(
-                "GET", sigv4.encode_path(path), signed, timeout=self._left(f"head {key}"), limit=4096
+                "GET", sigv4.encode_path(path), signed, timeout=self._left(f"head {key}"), limit=SMALL_LIMIT
             )
         except net.NetError:
             return answer.code, answer.message
@@ -262,7 +321,7 @@ class S3Client:
         query: Sequence[tuple[str, str]] = (),
         headers: Mapping[str, str] | None = None,
         body: bytes = b"",
-        limit: int | None = None,
+        limit: int = SMALL_LIMIT,
         ok: Iterable[int] = (),
     ) -> _Answer:
         """Send, and send again on a dropped connection or a 5xx/SlowDown while time is left.
@@ -277,6 +336,11 @@ class S3Client:
             except net.Dropped as e:
                 self._backoff(attempt, what, str(e))
                 continue
+            except net.TooLarge as e:
+                if e.status in RETRY_STATUS:  # a proxy's error page can be large: still worth another send
+                    self._backoff(attempt, what, _too_large(op, e))
+                    continue
+                raise StoreError(f"{what}: {_too_large(op, e)}", status=e.status) from None
             except net.NetError as e:
                 raise StoreError(f"{what}: {e}") from None
             if a.status < 300 or a.status in ok:
@@ -291,10 +355,16 @@ class S3Client:
     def list(
         self, prefix: str, delimiter: str = "", *, max_keys: int = BATCH, pages: int | None = None
     ) -> Listing:
-        """ListObjectsV2 of ``prefix``: every page (or the first ``pages``), keys and prefixes decoded."""
+        """ListObjectsV2 of ``prefix``: every page (or the first ``pages``), keys and prefixes decoded.
+
+        Every key and common prefix the store returns must lie under ``prefix`` (a common prefix one element
+        below it); anything else, a page over :data:`LIST_LIMIT`, a page that is not a listing, a truncated
+        page without a continuation token or with one already used, is a StoreError naming the LIST."""
         out = Listing()
         token = ""
+        used: set[bytes] = set()  # digests: a token may be long, and a hostile store sends many
         page = 0
+        what = f"list {self.where(prefix)}"
         with self._lock:
             while True:
                 query = [("list-type", "2"), ("prefix", prefix), ("max-keys", str(max_keys))]
@@ -303,62 +373,45 @@ class S3Client:
                     query.append(("delimiter", delimiter))
                 if token:
                     query.append(("continuation-token", token))
-                a = self._idempotent("list", prefix, None, "GET", query)
-                root = _parse_xml(a.body)
-                if root is None or _local(root.tag) != "ListBucketResult":
-                    raise StoreError(
-                        f"list {self.where(prefix)}: the store sent an answer that is not a listing"
-                    )
-                encoded = _text(root, "EncodingType").lower() == "url"
-
-                def dec(s: str, encoded: bool = encoded) -> str:
-                    if not encoded or ("%" not in s and "+" not in s):
-                        return s
-                    try:
-                        return unquote_plus(s, errors="strict")
-                    except UnicodeDecodeError:
+                a = self._idempotent("list", prefix, None, "GET", query, limit=LIST_LIMIT)
+                keys, prefixes, truncated, token = _listing(what, a.body)
+                for k in keys:
+                    if not k.startswith(prefix):
+                        raise StoreError(f"{what}: the store returned {k}, outside the prefix")
+                for p in prefixes:
+                    if not p.startswith(prefix):
+                        raise StoreError(f"{what}: the store returned {p}, outside the prefix")
+                    rest = p[len(prefix) :]
+                    if not delimiter or not rest.endswith(delimiter) or delimiter in rest[: -len(delimiter)]:
                         raise StoreError(
-                            f"list {self.where(prefix)}: the store listed a key that is not UTF-8: {s}"
-                        ) from None
-
-                # The document's namespace, if any, so ElementTree's own path search does the walking.
-                ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
-                out.keys += [dec(k.text or "") for k in root.iterfind(f"{ns}Contents/{ns}Key")]
-                out.prefixes += [dec(k.text or "") for k in root.iterfind(f"{ns}CommonPrefixes/{ns}Prefix")]
+                            f"{what}: the store returned the common prefix {p}, not one element below the prefix"
+                        )
+                out.keys += keys
+                out.prefixes += prefixes
                 page += 1
-                token = _text(root, "NextContinuationToken")
-                if _text(root, "IsTruncated").lower() != "true" or (pages is not None and page >= pages):
+                if not truncated:
                     return out
+                if pages is not None and page >= pages:
+                    out.truncated = True
+                    return out
+                # A store that hands back a token it gave before would be listed forever.
                 if not token:
-                    raise StoreError(
-                        f"list {self.where(prefix)}: the store sent a truncated listing without a token"
-                    )
+                    raise StoreError(f"{what}: the store sent a truncated listing without a token")
+                digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+                if digest in used:
+                    raise StoreError(f"{what}: the store sent a continuation token it had sent before")
+                used.add(digest)
 
     def get(self, key: str, limit: int = GET_LIMIT) -> bytes | None:
         """The object's bytes, or None when there is none (404 NoSuchKey).  Over ``limit`` (at most 64 MiB)
         bytes is refused, naming the key and its size."""
         limit = min(limit, GET_LIMIT)
         with self._lock:
-            try:
-                # Room for an error document even when the caller's limit is small.
-                a = self._idempotent("get", key, key, "GET", limit=max(limit, 65536), ok=(404,))
-            except StoreError as e:
-                m = re.search(r"larger than the limit", str(e))
-                if not m:
-                    raise
-                size = re.search(r"body of (\d+) bytes", str(e))
-                shown = f"{size.group(1)} bytes" if size else f"more than {limit} bytes"
-                raise StoreError(
-                    f"get {self.where(key)}: the object is {shown}, over the limit of {limit} bytes"
-                ) from None
+            a = self._idempotent("get", key, key, "GET", limit=limit, ok=(404,))
         if a.status == 404:
             if a.code in ("NoSuchKey", "NotFound"):
                 return None
             raise self._fail("get", key, a)
-        if len(a.body) > limit:
-            raise StoreError(
-                f"get {self.where(key)}: the object is {len(a.body)} bytes, over the limit of {limit} bytes"
-            )
         return a.body
 
     def head(self, key: str) -> dict[str, str] | None:
@@ -459,7 +512,7 @@ class S3Client:
             }
             with self._lock:
                 a = self._idempotent(
-                    "delete-objects", batch[0], None, "POST", [("delete", "")], headers, body
+                    "delete-objects", batch[0], None, "POST", [("delete", "")], headers, body, DELETE_LIMIT
                 )
             root = _parse_xml(a.body)
             if root is None or _local(root.tag) != "DeleteResult":

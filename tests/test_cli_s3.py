@@ -277,18 +277,21 @@ def proxied(weed: Weed, tmp_path: Path, fault_proxy: FaultProxy) -> Root:
     return Root(weed, tmp_path, endpoint=fault_proxy.endpoint)
 
 
-def test_resolve_sends_one_list_per_thousand_entries_and_nothing_else(
+def test_resolve_sends_one_list_per_thousand_entries_one_for_the_save_and_nothing_else(
     weed: Weed, tmp_path: Path, fault_proxy: FaultProxy
 ) -> None:
     root = proxied(weed, tmp_path, fault_proxy)
     n = 2345
     names = [layout.name(0, i, f"exec/A/checkpoint-{i}") for i in range(n)]
     root.put_many([f"pub/{x}" for x in names])
+    root.put(f"exec/A/checkpoint-{n - 1}/model.bin")
     fault_proxy.reset()
     r = root.run("resolve")
-    assert r.out == f"{root.url}/exec/A/checkpoint-{n - 1}\n"
-    assert fault_proxy.count("LIST") == math.ceil(n / 1000)
+    assert (r.out, r.err) == (f"{root.url}/exec/A/checkpoint-{n - 1}\n", "")
+    # The pages of pub/, then one LIST (max-keys=1) that finds the newest entry's save.
+    assert fault_proxy.count("LIST") == math.ceil(n / 1000) + 1
     assert fault_proxy.count() == fault_proxy.count("LIST")
+    assert fault_proxy.seen[-1].query["max-keys"] == "1"
 
 
 def test_prune_deletes_with_one_request_per_thousand_keys(

@@ -201,7 +201,8 @@ def test_limit_by_content_length(server: Server) -> None:
     assert c.request("GET", "/bytes/100", {}, timeout=5, limit=100).body == b"x" * 100
     with pytest.raises(net.NetError, match=r"body of 100 bytes is larger than the limit of 99 bytes") as e:
         c.request("GET", "/bytes/100", {}, timeout=5, limit=99)
-    assert type(e.value) is net.NetError and server.url.split("//")[1] in str(e.value)
+    assert type(e.value) is net.TooLarge and server.url.split("//")[1] in str(e.value)
+    assert (e.value.size, e.value.limit, e.value.status) == (100, 99, 200)
     assert c.request("GET", "/bytes/1", {}, timeout=5, limit=1).body == b"x"  # still usable
 
 

@@ -48,7 +48,7 @@ class Store(Protocol):
     root: str
 
     #: True when listing folders costs nothing worth counting (POSIX).  resolve then looks at exec/ to
-    #: warn about saves nobody published; on S3 resolve sends LIST requests of pub/ and nothing else.
+    #: warn about saves nobody published; on S3 resolve sends LIST requests of pub/ (and of the save it prints) and nothing else.
     cheap_listing: bool
 
     def location(self, path: str) -> str:

@@ -64,8 +64,8 @@ class S3Store:
 
     def list_entries(self) -> list[str]:
         pub = self.key(PUB) + "/"
-        listing = self.client.list(pub)
-        return [k[len(pub) :] for k in listing.keys if k.startswith(pub) and k != pub]
+        listing = self.client.list(pub)  # the client refuses a key outside pub/
+        return [k[len(pub) :] for k in listing.keys if k != pub]
 
     def create_entry(self, name: str) -> bool:
         key = self.key(f"{PUB}/{name}")
@@ -82,16 +82,25 @@ class S3Store:
 
     def holds(self, path: str) -> bool:
         key = self.key(path)
-        if self.client.list(key + "/", max_keys=1, pages=1).keys:
+        # One LIST of the prefix <key>, max-keys=1, settles the usual cases in one request whatever order the
+        # store lists in: a first key that is <key> or lies below <key>/ is something there; an empty,
+        # complete listing means nothing has even the prefix.  A first key that only shares the prefix
+        # (<key>-old, <key>0) settles nothing: in S3's UTF-8 order a key like <key>-old comes before <key>/x,
+        # and rather than lean on every store's order the folder and the object are asked for themselves.
+        first = self.client.list(key, max_keys=1, pages=1)
+        if any(k == key or k.startswith(key + "/") for k in first.keys):
+            return True
+        if not first.keys and not first.truncated:
+            return False
+        folder = self.client.list(key + "/", max_keys=1, pages=1)
+        if folder.keys or folder.truncated:
             return True
         return self.client.head(key) is not None
 
     def list_folders(self, path: str) -> list[str]:
         folder = self.key(path) + "/"
-        listing = self.client.list(folder, "/")
-        return [
-            p[len(folder) :].rstrip("/") for p in listing.prefixes if p.startswith(folder) and p != folder
-        ]
+        listing = self.client.list(folder, "/")  # the client refuses a prefix that is not one element below
+        return [p[len(folder) :].rstrip("/") for p in listing.prefixes]
 
     def read(self, path: str, limit: int) -> bytes | None:
         return self.client.get(self.key(path), limit)

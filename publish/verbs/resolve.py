@@ -1,16 +1,34 @@
-"""resolve: print the latest publication's save location, or nothing."""
+"""resolve: print the location of the newest publication whose save exists, or nothing."""
 
 from __future__ import annotations
 
 from publish import layout
+from publish.errors import Failure
 from publish.frameworks import FRAMEWORKS
 from publish.stores.base import EXEC, PUB, Store
 from publish.verbs import Say
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def latest(store: Store) -> layout.Entry | None:
     """The latest entry in pub/; every name there must parse."""
     return layout.latest_of(store.list_entries(), store.location(PUB))
+
+
+def newest_first(names: list[str], where: str) -> Iterator[layout.Entry]:
+    """The entries ``names`` stand for, newest first; every name must parse (else Failure naming one).
+
+    Zero-padded epochs and steps make the greatest name the newest entry, so the names are sorted only
+    when the newest is passed over."""
+    top = layout.latest_of(names, where)
+    if top is None:
+        return
+    yield top
+    for name in sorted(names, reverse=True)[1:]:
+        yield layout.parse(name)
 
 
 def unpublished_saves(store: Store) -> int:
@@ -24,12 +42,28 @@ def unpublished_saves(store: Store) -> int:
 
 
 def resolve(store: Store, say: Say) -> None:
+    """Print the newest entry's save that exists, passing over (on stderr) entries whose save is gone.
+
+    Entries but no existing save is a Failure.  The hint about unpublished saves never fails the verb."""
     store.check_root()
-    entry = latest(store)
-    if entry is not None:
-        say.out(store.location(entry.path))
-        return
+    names = store.list_entries()
+    where = store.location(PUB)
+    for entry in newest_first(names, where):
+        # One lstat on POSIX, one LIST (max-keys=1) on S3 for a save that is there: the answer is never a
+        # save deleted by hand, by a framework's rotation or by a library's retention.
+        if store.holds(entry.path):
+            say.out(store.location(entry.path))
+            return
+        say.warn(
+            f"{where}/{entry.name} names {store.location(entry.path)}, which does not exist: passed over"
+        )
+    if names:
+        raise Failure(f"{where}: none of its {len(names)} entries names a save that exists")
     if store.cheap_listing:
-        n = unpublished_saves(store)
+        try:
+            n = unpublished_saves(store)
+        except (Failure, OSError) as e:  # advice only: it never changes the answer or the exit code
+            say.warn(f"no publication; could not look for unpublished saves: {e}")
+            return
         if n:
             say.warn(f"no publication, but {EXEC}/ holds {n} save folders: was watch running?")
