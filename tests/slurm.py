@@ -168,10 +168,16 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         self.procs.append((name, proc))
 
     def stop(self) -> None:
-        """Cancel what is left, then stop the daemons (last started first) by PID; each wait bounded."""
-        if any(n == "slurmctld" and p.poll() is None for n, p in self.procs):
-            with contextlib.suppress(subprocess.SubprocessError, OSError):
+        """Cancel what is left and let it end (a job outlives a stopped slurmd), then stop the daemons (last
+        started first) by PID; each wait bounded."""
+        if all(p.poll() is None for _, p in self.procs) and len(self.procs) == 3:
+            with contextlib.suppress(subprocess.SubprocessError, OSError, AssertionError):
                 self.run("scancel", "--user", str(os.getuid()), check=False)
+                self.wait_for(
+                    lambda: self.run("squeue", "-h", check=False).stdout.strip() == "",
+                    KILL_WAIT + 30,
+                    "the cancelled jobs to end",
+                )
         for _, proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.terminate()
@@ -189,7 +195,7 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         r = self.run("sinfo", "-h", "-o", "%t", check=False)
         return r.returncode == 0 and r.stdout.strip() == "idle"
 
-    def check_daemons(self) -> None:  # noqa: D102
+    def check_daemons(self) -> None:
         """Fail at once, with its log, when a daemon has died."""
         for name, proc in self.procs:
             if proc.poll() is not None:
