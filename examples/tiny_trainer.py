@@ -2,6 +2,7 @@
 
 Each save gets its weights first and trainer_state.json last, written in two halves with a pause between, so
 a watcher sees saves that are still being written.  It resumes from a save folder given with --resume.
+On SIGTERM it finishes the step (and any save under way), saves once more, and exits 143.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import argparse
 import json
 import math
 import os
+import signal
+import sys
 import time
 
 
@@ -26,6 +29,20 @@ def trainer_state(step: int, losses: list[float]) -> str:
     return json.dumps(state, indent=2, sort_keys=True) + "\n"
 
 
+def save(output_dir: str, step: int, losses: list[float]) -> None:
+    folder = os.path.join(output_dir, f"checkpoint-{step}")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(os.urandom(1024))
+    text = trainer_state(step, losses)
+    with open(os.path.join(folder, "trainer_state.json"), "w") as f:
+        f.write(text[: len(text) // 2])
+        f.flush()
+        time.sleep(0.3)
+        f.write(text[len(text) // 2 :])
+    print(f"trainer: saved {folder}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("output_dir")
@@ -33,6 +50,8 @@ def main() -> None:
     parser.add_argument("--save-every", type=int, default=2)
     parser.add_argument("--resume", default="")
     args = parser.parse_args()
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda sig, frame: stop.append(sig))  # a second SIGTERM changes nothing
 
     start = 0
     if args.resume:
@@ -42,22 +61,17 @@ def main() -> None:
     else:
         print("trainer: starting from step 0", flush=True)
     losses: list[float] = []
-    for step in range(start + 1, start + args.steps + 1):
+    step = start
+    while step < start + args.steps:
+        step += 1
         losses.append(math.nan if step % 5 == 0 else 1.0 / step)
         time.sleep(0.1)
-        if step % args.save_every:
-            continue
-        folder = os.path.join(args.output_dir, f"checkpoint-{step}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "model.safetensors"), "wb") as f:
-            f.write(os.urandom(1024))
-        text = trainer_state(step, losses)
-        with open(os.path.join(folder, "trainer_state.json"), "w") as f:
-            f.write(text[: len(text) // 2])
-            f.flush()
-            time.sleep(0.3)
-            f.write(text[len(text) // 2 :])
-        print(f"trainer: saved {folder}", flush=True)
+        if stop:
+            save(args.output_dir, step, losses)
+            print(f"trainer: stopped by SIGTERM at step {step}", flush=True)
+            sys.exit(128 + signal.SIGTERM)
+        if step % args.save_every == 0:
+            save(args.output_dir, step, losses)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@
  * In both forms the loader is exec'd in place: the process keeps its pid, receives its signals directly and
  * its exit status is the program's. The one-file form removes its directory through a small detached process
  * that waits for the end of a pipe held only by the program: when the program exits, however it exits, the
- * pipe closes and the directory is removed.
+ * pipe closes and the directory is removed. That process re-executes this file as `publish-unpack-cleaner DIR`
+ * (its name in ps and /proc/PID/cmdline), so a `pkill -f 'publish watch'` meant for the program passes it by.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -35,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -54,6 +56,7 @@
 #define FLAG_LAZY 1   /* left in the file: the program unpacks it on first use */
 #define HOLD_FD 1021    /* the program's end of the cleanup pipe: high, out of the way of its own files */
 #define PAYLOAD_FD 1020 /* this file, left open for the program (interpreter form): its lazy members */
+#define CLEANER "publish-unpack-cleaner" /* argv[0] of the clean-up process */
 
 extern char **environ;
 
@@ -246,6 +249,31 @@ bad:
     return -1;
 }
 
+/* The clean-up process, on descriptor 0 (the read end of the pipe): wait until every writer is gone, then
+   remove dir. */
+static void clean_when_done(const char *dir) {
+    char buf[64];
+    for (;;) {
+        ssize_t r = read(0, buf, sizeof buf);
+        if (r > 0 || (r < 0 && errno == EINTR)) continue;
+        break;
+    }
+    /* the read returned 0 (all writers gone) or failed: either way the program is finished */
+    remove_tree(AT_FDCWD, dir);
+    _exit(0);
+}
+
+/* Is this start the clean-up process that start_cleaner re-executed? Only exactly its own form qualifies:
+   argv `publish-unpack-cleaner DIR` with DIR an absolute path ending in /.publish-XXXXXX, an empty
+   environment, and a pipe on descriptor 0. */
+static int is_cleaner(int argc, char **argv) {
+    if (argc != 2 || strcmp(argv[0], CLEANER) != 0 || environ[0] != NULL) return 0;
+    const char *dir = argv[1], *slash = strrchr(dir, '/');
+    struct stat st;
+    if (dir[0] != '/' || !slash || strncmp(slash, "/.publish-", 10) != 0 || strlen(slash) != 16) return 0;
+    return fstat(0, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
 /* Start the process that removes dir once the write end of the returned pipe is closed everywhere. */
 static int start_cleaner(const char *dir) {
     int p[2];
@@ -277,15 +305,15 @@ static int start_cleaner(const char *dir) {
         {
             for (int fd = 1; fd < 1024; fd++) close(fd);
         }
-        char buf[64];
-        for (;;) {
-            ssize_t r = read(0, buf, sizeof buf);
-            if (r > 0 || (r < 0 && errno == EINTR)) continue;
-            break;
-        }
-        /* the read returned 0 (all writers gone) or failed: either way the program is finished */
-        remove_tree(AT_FDCWD, dir);
-        _exit(0);
+        /* A forked copy would show the program's own command line (`publish watch ...`) in ps, and be what a
+           `pkill -f 'publish watch'` hits; a fresh image of this file under its own name does not (ignored
+           signals stay ignored across exec). It also lets go of the mapped payload. Should exec fail, clean up
+           from here all the same. */
+        char *args[] = {CLEANER, (char *)dir, NULL};
+        char *none[] = {NULL};
+        execve("/proc/self/exe", args, none);
+        prctl(PR_SET_NAME, CLEANER, 0, 0, 0);
+        clean_when_done(dir);
     }
     close(p[0]);
     while (waitpid(a, NULL, 0) < 0 && errno == EINTR) {
@@ -446,6 +474,10 @@ static int run_one_file(int self, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    if (is_cleaner(argc, argv)) {
+        prctl(PR_SET_NAME, CLEANER, 0, 0, 0); /* the short name (ps -e, top): its first 15 characters */
+        clean_when_done(argv[1]);
+    }
     int self = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
     if (self < 0 && argv[0] && strchr(argv[0], '/')) self = open(argv[0], O_RDONLY | O_CLOEXEC);
     if (self < 0) {

@@ -451,6 +451,43 @@ def test_sigkill_still_leaves_nothing(binary: Path, tmp_path: Path) -> None:
     assert wait_gone({str(where)}) == set()
 
 
+def processes() -> dict[int, list[str]]:
+    """Every process's command line, as /proc/PID/cmdline gives it (what ps -f and pkill -f read)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                found[int(pid)] = f.read().decode(errors="replace").split("\0")[:-1]
+        except OSError:
+            pass
+    return found
+
+
+def test_the_cleaner_has_its_own_name(binary: Path, tmp_path: Path) -> None:
+    """The clean-up process is `publish-unpack-cleaner DIR` in ps, not a second `publish watch ...` that a
+    `pkill -f 'publish watch'` would hit instead of watch."""
+    tmpdir = tmp_path / "t"
+    tmpdir.mkdir()
+    proc = start_watch(binary, tmp_path, tmpdir)
+    try:
+        where = running_program(proc)
+        root = str(tmp_path / "root")
+        assert [pid for pid, argv in processes().items() if root in argv] == [proc.pid]
+        cleaners = [
+            pid for pid, argv in processes().items() if argv == ["publish-unpack-cleaner", str(where)]
+        ]
+        assert len(cleaners) == 1
+        with open(f"/proc/{cleaners[0]}/comm") as f:
+            assert f.read() == "publish-unpack-\n"  # the first 15 characters, for ps -e and top
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert wait_gone({str(where)}) == set()  # it still does its job
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def drop_page_cache() -> None:
     """A cold machine: nothing of the binary in the page cache (best effort: a container may refuse)."""
     os.sync()
