@@ -1,7 +1,7 @@
 """Time a POSIX ``publish resolve`` and list what it imports.
 
     python bench/resolve.py [--runs 5] [--startup-runs 21] [--sizes 10,1000,100000] [--write docs/perf-resolve.md]
-                            [--check]
+                            [--plan-sizes 10000,100000,1000000] [--plan-only] [--check]
 
 Each figure is the median wall time of a whole process (start to exit) run with subprocess, the commands of one
 row set interleaved so load on the machine falls on all of them alike.  Baselines measured in the same run: the
@@ -11,8 +11,14 @@ from Python (``os.listdir``), which is the floor for any resolve that must read 
 The import list comes from ``python -X importtime``: the modules a resolve imports beyond the bare
 interpreter's, what each costs (median self time over several runs), and which publish module pulled it in.
 
+prune's plan (which entries and folders go) is timed in-process on 10^4, 10^5 and 10^6 entries in nested
+folders, against sorting the same entries oldest first (which the plan must do) in the same run; the quadratic
+plan it replaced is timed beside it on the smallest size.  Those go to a block of their own (``--plan-only``
+runs them alone).
+
 Targets: 100,000 entries under 0.5 s; no ssl, http or xml module imported; under 15 ms added to the bare
-interpreter's start.  ``--write`` puts the results between the bench markers of a markdown file (the text
+interpreter's start; prune's plan O(n log n), as the sort is: its ratio to the sort at the largest size within 2x the
+ratio at the smallest.  ``--write`` puts the results between the bench markers of a markdown file (the text
 around them is kept); ``--check`` exits 1 when a target is missed.
 """
 
@@ -39,11 +45,13 @@ from publish import layout  # noqa: E402
 
 PY = sys.executable
 BEGIN, END = "<!-- bench/resolve.py: begin -->", "<!-- bench/resolve.py: end -->"
+PLAN_BEGIN, PLAN_END = "<!-- bench/resolve.py plan: begin -->", "<!-- bench/resolve.py plan: end -->"
 
 FORBIDDEN = ("ssl", "_ssl", "http", "xml", "pyexpat")  # the target: none of these
 AVOID = ("email", "urllib", "json", "_json", "socket", "select", "selectors", "hashlib", "hmac")  # reported
 TARGET_100K = 0.5
 TARGET_ADDED = 0.015
+TARGET_PLAN_GROWTH = 2.0
 
 
 def env() -> dict[str, str]:
@@ -187,11 +195,117 @@ def culprit(imp: Import) -> str:
     return imp.chain[0] if imp.chain else imp.name
 
 
+# -- prune's plan -----------------------------------------------------------------------------------------
+
+
+def plan_entries(n: int) -> list[layout.Entry]:
+    """``n`` entries over attempts of 1,000 saves each, every tenth with an entry inside it and every attempt
+    with one naming the whole attempt, in no set order."""
+    import random
+
+    out = []
+    for i in range(n):
+        attempt = f"exec/{i // 1000:05d}"
+        if i % 1000 == 0:
+            out.append(layout.Entry(0, i, attempt))
+        elif i % 10 == 0:
+            out.append(layout.Entry(0, i, f"{attempt}/checkpoint-{i - 1}/inner"))
+        else:
+            out.append(layout.Entry(0, i, f"{attempt}/checkpoint-{i}"))
+    for entry in out:
+        assert entry.name  # as parsed from pub/: each entry holds its name already
+    random.Random(n).shuffle(out)
+    return out
+
+
+def quadratic_plan(entries: list[layout.Entry], keep: int) -> tuple[list[layout.Entry], list[str]]:
+    """The plan before it was made O(n log n), for comparison."""
+    ordered = layout.oldest_first(entries)
+    cut = max(len(ordered) - max(keep, 1), 0)
+    gone, kept = ordered[:cut], ordered[cut:]
+    folders: list[str] = []
+    for entry in gone:
+        if entry.path in folders or any(layout.related(entry.path, k.path) for k in kept):
+            continue
+        folders.append(entry.path)
+    return gone, folders
+
+
+def plan_times(n: int, runs: int, quadratic: bool) -> dict[str, float]:
+    """Median seconds of the plan (keep 3 and keep n/2) and of sorting the same entries, runs interleaved."""
+    from publish.verbs.prune import plan
+
+    entries = plan_entries(n)
+    fns = {
+        "sort": lambda: layout.oldest_first(entries),
+        "plan": lambda: plan(entries, 3),
+        "plan half": lambda: plan(entries, n // 2),
+    }
+    if quadratic:
+        fns["quadratic"] = lambda: quadratic_plan(entries, 3)
+        assert quadratic_plan(entries, 3) == plan(entries, 3)
+    times: dict[str, list[float]] = defaultdict(list)
+    for _ in range(runs):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 # -- the report -------------------------------------------------------------------------------------------
 
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
+
+
+def plan_report(opts: argparse.Namespace) -> tuple[list[str], bool]:
+    """prune's plan against a sort of the same entries, as markdown lines; and whether its target is met."""
+    lines: list[str] = []
+
+    def say(text: str = "") -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    info = machine()
+    say("Machine: " + "; ".join(f"{k} {v}" for k, v in info.items()))
+    say()
+    # prune's plan, in-process: against sorting the same entries.
+    plan_sizes = [int(x) for x in opts.plan_sizes.split(",") if x]
+    say(f"### prune's plan (in-process, median of {opts.runs})")
+    say()
+    say(
+        "Entries over attempts of 1,000 saves, every tenth naming a folder inside another save and one per "
+        "attempt naming the whole attempt; the plan with `-keep 3` and with half the entries kept. The "
+        "quadratic plan it replaced, on the smallest size with `-keep 3`."
+    )
+    say()
+    say(
+        "| entries | sort oldest first | plan, keep 3 | plan, keep half | slower plan / sort | quadratic plan |"
+    )
+    say("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    ratios = {}
+    for n in plan_sizes:
+        t = plan_times(n, opts.runs, quadratic=n == min(plan_sizes))
+        ratios[n] = max(t["plan"], t["plan half"]) / t["sort"]
+        quad = ms(t["quadratic"]) if "quadratic" in t else ""
+        say(
+            f"| {n:,} | {ms(t['sort'])} | {ms(t['plan'])} | {ms(t['plan half'])} "
+            f"| {ratios[n]:.2f}x | {quad} |"
+        )
+    say()
+
+    growth = ratios[max(ratios)] / ratios[min(ratios)] if ratios else 1.0
+    ok = growth <= TARGET_PLAN_GROWTH
+    if ratios:
+        small, large = min(ratios), max(ratios)
+        say(
+            f"Target: prune's plan grows as the sort does (its ratio to the sort at {large:,} entries within "
+            f"{TARGET_PLAN_GROWTH:.0f}x the ratio at {small:,}): {ratios[large]:.2f}x against "
+            f"{ratios[small]:.2f}x, {'met' if ok else 'MISSED'}"
+        )
+    return lines, ok
 
 
 def main() -> int:
@@ -201,8 +315,15 @@ def main() -> int:
     ap.add_argument("--sizes", default="10,1000,100000", help="entries per root, comma-separated")
     ap.add_argument("--dir", default=None, help="where to build the roots (default: a temporary directory)")
     ap.add_argument("--write", default=None, help="markdown file to put the results in")
+    ap.add_argument("--plan-sizes", default="10000,100000,1000000", help="entries for prune's plan")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    ap.add_argument("--plan-only", action="store_true", help="time prune's plan only (its own block)")
     opts = ap.parse_args()
+    if opts.plan_only:
+        plan_lines, ok_plan = plan_report(opts)
+        if opts.write:
+            write(Path(opts.write), plan_lines, PLAN_BEGIN, PLAN_END)
+        return 0 if ok_plan or not opts.check else 1
     sizes = [int(s) for s in opts.sizes.split(",")]
 
     lines: list[str] = []
@@ -342,18 +463,21 @@ def main() -> int:
 
         if opts.write:
             write(Path(opts.write), lines)
-        return 0 if (ok_size and ok_imports and ok_added) or not opts.check else 1
+        plan_lines, ok_plan = plan_report(opts)
+        if opts.write:
+            write(Path(opts.write), plan_lines, PLAN_BEGIN, PLAN_END)
+        return 0 if (ok_size and ok_imports and ok_added and ok_plan) or not opts.check else 1
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def write(path: Path, lines: list[str]) -> None:
-    block = "\n".join([BEGIN, *lines, END])
+def write(path: Path, lines: list[str], begin: str = BEGIN, end: str = END) -> None:
+    block = "\n".join([begin, *lines, end])
     if path.exists():
         text = path.read_text()
-        if BEGIN in text and END in text:
-            head, rest = text.split(BEGIN, 1)
-            text = head + block + rest.split(END, 1)[1]
+        if begin in text and end in text:
+            head, rest = text.split(begin, 1)
+            text = head + block + rest.split(end, 1)[1]
         else:
             text = text.rstrip("\n") + "\n\n" + block + "\n"
     else:

@@ -94,6 +94,11 @@ def parse(entry_name: str) -> Entry:
         or not _BASE32.issuperset(encoded)
     ):
         raise ValueError("not <20 digits>-<20 digits>-<base32>")
+    return Entry(int(epoch), int(step), _decode(encoded), entry_name)
+
+
+def _decode(encoded: str) -> str:
+    """The clean relative path ``encoded`` (non-empty, base32 letters only) spells canonically; else ValueError."""
     if len(encoded) % 8 in (1, 3, 6):
         raise ValueError("base32 of impossible length")
     nbytes, unused = divmod(len(encoded) * 5, 8)
@@ -106,7 +111,7 @@ def parse(entry_name: str) -> Entry:
         raise ValueError("path is not UTF-8") from None
     if not clean_relative(path):
         raise ValueError(f"path {path!r} is not a clean relative path")
-    return Entry(int(epoch), int(step), path, entry_name)
+    return path
 
 
 def parse_all(names: list[str], where: str) -> list[Entry]:
@@ -146,3 +151,70 @@ def oldest_first(entries: list[Entry]) -> list[Entry]:
 def related(a: str, b: str) -> bool:
     """True when folder ``a`` is ``b``, lies inside it, or holds it."""
     return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+# -- tombstones: tomb/<base32 of a folder's path>, the folders a prune is about to remove ----------------------
+
+
+def tomb_name(path: str) -> str:
+    """The tombstone name of the folder at ``path``: its path as RFC 4648 base32 without padding."""
+    if not clean_relative(path):
+        raise ValueError(f"not a clean relative path: {path!r}")
+    import base64
+
+    return base64.b32encode(path.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def parse_tomb(text: str) -> str:
+    """The folder path a tombstone name stands for; ValueError (saying why) when the name is not canonical."""
+    if not text or not _BASE32.issuperset(text):
+        raise ValueError("not base32")
+    return _decode(text)
+
+
+def parse_tombs(names: list[str], where: str) -> list[str]:
+    """The folder of every name listed in tomb/, sorted by name; the first that does not parse is a Failure."""
+    folders = []
+    for text in sorted(names):
+        try:
+            folders.append(parse_tomb(text))
+        except ValueError as e:
+            raise Failure(f"{where}/{text}: not a tombstone ({e})") from None
+    return folders
+
+
+# -- which folders are related, for many paths at once --------------------------------------------------------
+
+
+def _key(path: str) -> str:
+    # NUL lies below every character of a clean path, so these keys sort as tuples of elements would: the
+    # folders inside a path follow it directly.
+    return path.replace("/", "\0")
+
+
+class Nest:
+    """The paths of some entries, asking in O(log n) whether a folder is related to one of them.
+
+    A folder is related when one of the paths is that folder, lies inside it or holds it (:func:`related`)."""
+
+    __slots__ = ("_keys", "_outer", "_left", "_right")
+
+    def __init__(self, paths: list[str]) -> None:
+        import bisect  # only prune asks; resolve does not import it
+
+        self._left, self._right = bisect.bisect_left, bisect.bisect_right
+        self._keys = sorted({_key(p) for p in paths})
+        # The outermost paths (none holds another): of these, only the greatest key not above a folder's
+        # own can hold that folder.
+        self._outer: list[str] = []
+        for k in self._keys:
+            if not self._outer or not k.startswith(self._outer[-1] + "\0"):
+                self._outer.append(k)
+
+    def related(self, path: str) -> bool:
+        k = _key(path)
+        i = self._left(self._keys, k)
+        if i < len(self._keys) and (self._keys[i] == k or self._keys[i].startswith(k + "\0")):
+            return True  # the folder itself, or one inside it
+        j = self._right(self._outer, k) - 1
+        return j >= 0 and k.startswith(self._outer[j] + "\0")  # one around it

@@ -104,3 +104,41 @@ class StoreContract:
         store.begin(None)
         store.begin(5.0)
         assert store.list_entries() == []
+
+    # -- tombstones: tomb/<base32 of a folder's path>, beside pub/
+
+    def test_fresh_root_has_no_tombs(self, store: Store) -> None:
+        assert store.list_tombs() == []
+        store.remove_tombs([layout.tomb_name("exec/A")])  # nothing there: fine
+        store.create_tombs([])
+        assert store.list_tombs() == []
+
+    def test_create_list_and_remove_tombs(self, store: Store) -> None:
+        a, b = layout.tomb_name("exec/A/checkpoint-1"), layout.tomb_name("exec/A/checkpoint-2")
+        store.create_tombs([a, b])
+        assert sorted(store.list_tombs()) == sorted([a, b])
+        store.create_tombs([a])  # already there: fine, and still one
+        assert sorted(store.list_tombs()) == sorted([a, b])
+        store.remove_tombs([a, layout.tomb_name("exec/never")])
+        assert store.list_tombs() == [b]
+        store.remove_tombs([b])
+        assert store.list_tombs() == []
+
+    def test_tombs_and_entries_are_apart(self, store: Store) -> None:
+        entry = layout.name(0, 1, "exec/A/checkpoint-1")
+        store.create_entry(entry)
+        store.create_tombs([layout.tomb_name("exec/A/checkpoint-1")])
+        assert store.list_entries() == [entry]
+        assert store.list_tombs() == [layout.tomb_name("exec/A/checkpoint-1")]
+        store.remove_tombs(store.list_tombs())
+        assert store.list_entries() == [entry]
+
+    def test_odd_names_in_tomb_are_listed_not_hidden(self, store: Store, make_file: MakeFile) -> None:
+        make_file("tomb/.hidden")
+        make_file("tomb/not-a-tombstone")
+        assert sorted(store.list_tombs()) == [".hidden", "not-a-tombstone"]
+
+    def test_many_tombs(self, store: Store) -> None:
+        names = {layout.tomb_name(f"exec/A/checkpoint-{i}") for i in range(25)}
+        store.create_tombs(sorted(names))
+        assert sorted(store.list_tombs()) == sorted(names)

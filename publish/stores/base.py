@@ -16,6 +16,7 @@ else:
 
 PUB = "pub"
 EXEC = "exec"
+TOMB = "tomb"  #: beside pub/: the folders a prune is about to remove, one empty tombstone each
 
 
 class Removal:
@@ -114,4 +115,22 @@ class Store(Protocol):
         nothing is removed and the result names the first such link.  A link inside the folder is removed as a
         link.  S3: every object under ``path/``, with DeleteObjects.
         """
+        ...
+
+    def list_tombs(self) -> list[str]:
+        """Every name directly in tomb/, in no set order, parsing none of them; a missing tomb/ holds nothing.
+
+        POSIX: tomb/ must be a real directory (a link there, dangling or not, or a non-directory is a Failure
+        naming it).  On S3 the key ``PREFIX/tomb/`` itself is not listed."""
+        ...
+
+    def create_tombs(self, names: list[str]) -> None:
+        """Create the empty ``tomb/<name>`` for each name exclusively (one already there is fine, untouched),
+        all durable before returning; tomb/ is created when missing.  POSIX: ``O_CREAT|O_EXCL``, fsync of each
+        file, then of tomb/.  S3: an empty PUT with ``If-None-Match: *`` each."""
+        ...
+
+    def remove_tombs(self, names: list[str]) -> None:
+        """Remove ``tomb/<name>`` for each name, durable (tomb/ fsynced) before returning; a missing one is
+        fine.  S3: one DELETE each."""
         ...

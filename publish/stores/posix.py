@@ -8,7 +8,7 @@ import stat
 from publish.errors import Failure
 from publish.fileio import read_at_most
 from publish.layout import POSIX_NAME_MAX
-from publish.stores.base import PUB, Removal
+from publish.stores.base import PUB, TOMB, Removal
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -187,3 +187,107 @@ class PosixStore:
         except OSError as e:
             raise Failure(f"{full}: could not remove: {_why(e)}") from None
         return Removal(True)
+
+    # -- tombstones: tomb/ is reached through descriptors, never through a link
+
+    def _tomb_dir(self, create: bool) -> int | None:
+        """A descriptor of tomb/ (made, durably, when missing and ``create``); None when missing otherwise."""
+        import errno
+
+        where = self._full(TOMB)
+        try:
+            root = os.open(self.root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+        except OSError as e:
+            raise Failure(f"checkpoint root {self.root}: {_why(e)}") from None
+        try:
+            for _ in range(3):  # another prune may make or remove it between our calls
+                try:
+                    return os.open(TOMB, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=root)
+                except FileNotFoundError:
+                    if not create:
+                        return None
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                        try:
+                            link = stat.S_ISLNK(os.stat(TOMB, dir_fd=root, follow_symlinks=False).st_mode)
+                        except OSError:
+                            link = e.errno == errno.ELOOP
+                        raise Failure(
+                            f"{where} is {'a symbolic link' if link else 'not a directory'}"
+                        ) from None
+                    raise Failure(f"{where}: {_why(e)}") from None
+                try:
+                    os.mkdir(TOMB, 0o755, dir_fd=root)
+                except FileExistsError:
+                    continue
+                except OSError as e:
+                    raise Failure(f"{where}: {_why(e)}") from None
+                _fsync_fd(root)
+            raise Failure(f"{where}: appeared and vanished while it was opened")
+        finally:
+            os.close(root)
+
+    def list_tombs(self) -> list[str]:
+        fd = self._tomb_dir(create=False)
+        if fd is None:
+            return []
+        try:
+            return os.listdir(fd)
+        except OSError as e:
+            raise Failure(f"{self._full(TOMB)}: {_why(e)}") from None
+        finally:
+            os.close(fd)
+
+    def create_tombs(self, names: list[str]) -> None:
+        if not names:
+            return
+        fd = self._tomb_dir(create=True)
+        assert fd is not None
+        try:
+            for name in names:
+                try:
+                    f = os.open(
+                        name,
+                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
+                        0o644,
+                        dir_fd=fd,
+                    )
+                except FileExistsError:
+                    continue
+                try:
+                    os.fsync(f)
+                finally:
+                    os.close(f)
+            _fsync_fd(fd)
+        except OSError as e:
+            raise Failure(f"{self._full(TOMB)}: {_why(e)}") from None
+        finally:
+            os.close(fd)
+
+    def remove_tombs(self, names: list[str]) -> None:
+        if not names:
+            return
+        fd = self._tomb_dir(create=False)
+        if fd is None:
+            return
+        try:
+            for name in names:
+                try:
+                    os.unlink(name, dir_fd=fd)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    raise Failure(f"{self._full(TOMB)}/{name}: {_why(e)}") from None
+            _fsync_fd(fd)
+        finally:
+            os.close(fd)
+
+
+def _fsync_fd(fd: int) -> None:
+    """fsync a directory's descriptor; a filesystem that refuses it on a directory makes names as durable as
+    it makes them."""
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (22, 95):  # EINVAL, EOPNOTSUPP
+            raise

@@ -10,7 +10,7 @@ from publish.creds.model import Credentials
 from publish.errors import Failure, StoreError
 from publish.layout import S3_KEY_MAX
 from publish.s3client import Renew, S3Client
-from publish.stores.base import PUB, Removal
+from publish.stores.base import PUB, TOMB, Removal
 
 #: The name of the probe object, directly under PREFIX (beside pub/), followed by random hex.
 PROBE_NAME = ".publish-probe-"
@@ -112,6 +112,21 @@ class S3Store:
         keys = self.client.list(self.key(path) + "/").keys
         self.client.delete_objects(keys)  # 1,000 keys a request
         return Removal(removed=bool(keys))
+
+    # -- tombstones
+
+    def list_tombs(self) -> list[str]:
+        tomb = self.key(TOMB) + "/"
+        listing = self.client.list(tomb)
+        return [k[len(tomb) :] for k in listing.keys if k.startswith(tomb) and k != tomb]
+
+    def create_tombs(self, names: list[str]) -> None:
+        for name in names:
+            self.client.put_if_absent(self.key(f"{TOMB}/{name}"))  # False: already there, which is fine
+
+    def remove_tombs(self, names: list[str]) -> None:
+        for name in names:
+            self.client.delete(self.key(f"{TOMB}/{name}"))
 
     # -- probe
 

@@ -1,0 +1,450 @@
+"""prune is crash-consistent: after a prune cut short at any point, one more prune leaves exactly the tree an
+uninterrupted prune leaves (every path, every file's bytes, every link), tomb/ included.
+
+Three ways of cutting it: at every step of its store calls in-process (each tombstone, entry, folder half
+removed), with SIGKILL at random moments of a prune in a child process (PUBLISH_PRUNE_TRIALS, default
+200, two at a time), and on SeaweedFS by refusing every request from the Nth on.  Also tomb/'s own rules.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import shutil
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from publish import layout
+from publish.cli import main
+from publish.stores.posix import PosixStore
+from publish.verbs import Say
+from publish.verbs.prune import plan, prune
+from tests.conftest import Watch, run_cli
+from tests.test_crash import Driver
+
+SEED = int(os.environ.get("PUBLISH_CRASH_SEED", "20261201"))
+TRIALS = int(os.environ.get("PUBLISH_PRUNE_TRIALS", "200"))
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), {}, out, err, cwd="/")
+    return code, out.getvalue(), err.getvalue()
+
+
+# -- a root, and its whole tree --------------------------------------------------------------------------
+
+
+def build(base: Path, name: str, folders: int = 12, files: int = 4, big: int = 120) -> tuple[Path, Path]:
+    """A root of nested saves and many entries, and a directory outside it that a link inside points to.
+
+    exec/a and exec/b hold saves (each a few files and a nested folder, one much bigger); old entries also
+    name a whole execution folder (exec/c), a folder inside a save, and a save reached through a link."""
+    root, outside = base / name / "root", base / name / "outside"
+    (root / "pub").mkdir(parents=True)
+    (outside / "checkpoint-0").mkdir(parents=True)
+    (outside / "checkpoint-0" / "w").write_bytes(b"outside")
+    (root / "exec").mkdir()
+    (root / "exec" / "L").symlink_to("../../outside")  # relative, so every root's tree reads the same
+    made = [layout.Entry(0, 0, "exec/L/checkpoint-0")]
+    for k in range(folders):
+        attempt = "a" if k < folders // 2 else "b"
+        path = f"exec/{attempt}/checkpoint-{k}"
+        folder = root / path
+        (folder / "nested").mkdir(parents=True)
+        for j in range(big if k == 1 else files):
+            (folder / f"shard-{j}.bin").write_bytes(f"{path} {j}".encode())
+        (folder / "nested" / "state").write_bytes(b"s")
+        made.append(layout.Entry(0 if attempt == "a" else 1, k, path))
+    (root / "exec" / "c" / "checkpoint-0").mkdir(parents=True)
+    (root / "exec" / "c" / "checkpoint-0" / "w").write_bytes(b"c")
+    made += [
+        layout.Entry(0, 0, "exec/c"),
+        # A newer entry inside an older one's folder: cut between the two entries' removals, the folder of
+        # the first must still go, though the second (about to go too) lies inside it.
+        layout.Entry(0, 3, "exec/c/checkpoint-0"),
+        layout.Entry(0, 1, "exec/a/checkpoint-2/nested"),
+        layout.Entry(0, 2, f"exec/b/checkpoint-{folders - 1}/nested"),  # inside a save that stays
+    ]
+    for entry in made:
+        (root / "pub" / entry.name).touch()
+    return root, outside
+
+
+def tree(*dirs: Path) -> dict[str, Any]:
+    """Every path below each of ``dirs`` (relative, prefixed by the index of its dir): a file's bytes, a
+    link's target, or None for a directory."""
+    out: dict[str, Any] = {}
+    for i, top in enumerate(dirs):
+        for where, subdirs, files in os.walk(top):
+            for name in subdirs + files:
+                full = os.path.join(where, name)
+                rel = f"{i}:{os.path.relpath(full, top)}"
+                if os.path.islink(full):
+                    out[rel] = ("link", os.readlink(full))
+                elif os.path.isdir(full):
+                    out[rel] = None
+                else:
+                    with open(full, "rb") as f:
+                        out[rel] = f.read()
+    return out
+
+
+def prune_args(root: Path, keep: int) -> list[str]:
+    return ["prune", "-checkpoint", str(root), "-keep", str(keep)]
+
+
+def reference(base: Path, keep: int) -> dict[str, Any]:
+    root, outside = build(base, f"ref-{keep}")
+    code, _, err = run(*prune_args(root, keep))
+    assert code == 0, err
+    return tree(root, outside)
+
+
+# -- tomb/'s rules --------------------------------------------------------------------------------------
+
+
+def test_an_uninterrupted_prune_leaves_an_empty_tomb_and_no_orphan(tmp_path: Path) -> None:
+    root, outside = build(tmp_path, "r")
+    made = [layout.parse(n) for n in os.listdir(root / "pub")]
+    gone, folders = plan(made, 2)
+    code, out, err = run(*prune_args(root, 2))
+    assert code == 0, err
+    assert os.listdir(root / "tomb") == []
+    assert err == (
+        f"publish: prune: left {root}/exec/L/checkpoint-0 in place: {root}/exec/L is a symbolic link\n"
+    )
+    # A folder inside one removed before it is already gone, and not printed.
+    printed = [f for i, f in enumerate(folders) if not any(f.startswith(g + "/") for g in folders[:i])]
+    assert out.splitlines() == [f"removed {root}/{f}" for f in printed if f != "exec/L/checkpoint-0"]
+    assert (outside / "checkpoint-0" / "w").read_bytes() == b"outside"
+
+
+def test_tombstones_are_written_durably_before_any_entry_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, _ = build(tmp_path, "r", folders=4)
+    made = [layout.parse(n) for n in os.listdir(root / "pub")]
+    gone, folders = plan(made, 1)
+    events: list[str] = []
+    real_fsync, real_unlink = os.fsync, os.unlink
+
+    def fsync(fd: int) -> None:
+        events.append("fsync " + os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def unlink(path: Any, *a: Any, **kw: Any) -> None:
+        events.append(f"unlink {path}")
+        real_unlink(path, *a, **kw)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "unlink", unlink)
+    code, _, err = run(*prune_args(root, 1))
+    assert code == 0, err
+    first_entry = next(i for i, e in enumerate(events) if e.startswith(f"unlink {root}/pub/"))
+    before = events[:first_entry]
+    for folder in folders:
+        assert f"fsync {root}/tomb/{layout.tomb_name(folder)}" in before
+    assert before[-1] == f"fsync {root}/tomb"
+    # Each tombstone goes after its folder, and tomb/ is fsynced after it.
+    assert events[-2:] == [f"unlink {layout.tomb_name(folders[-1])}", f"fsync {root}/tomb"]
+
+
+def test_a_recorded_folder_is_finished_and_reported(tmp_path: Path) -> None:
+    root, _ = build(tmp_path, "r", folders=4)
+    (root / "tomb").mkdir()
+    (root / "exec" / "stray" / "x").mkdir(parents=True)  # what a killed prune left: no entry names it
+    (root / "tomb" / layout.tomb_name("exec/stray")).touch()
+    code, out, err = run(*prune_args(root, 100))  # nothing of its own to prune
+    assert code == 0, err
+    assert out == f"removed {root}/exec/stray\n"
+    assert not (root / "exec" / "stray").exists() and os.listdir(root / "tomb") == []
+
+
+def test_a_recorded_folder_named_again_is_kept_and_its_tombstone_dropped(tmp_path: Path) -> None:
+    root, _ = build(tmp_path, "r", folders=4)
+    (root / "tomb").mkdir()
+    for folder in ("exec/a", "exec/b/checkpoint-3", "exec/b/checkpoint-3/nested/deeper"):
+        (root / "tomb" / layout.tomb_name(folder)).touch()  # around, at, inside a kept entry's folder
+    code, out, err = run(*prune_args(root, 100))
+    assert code == 0, err
+    assert out == ""
+    assert (root / "exec" / "a" / "checkpoint-0" / "shard-0.bin").exists()
+    assert (root / "exec" / "b" / "checkpoint-3" / "nested" / "state").exists()
+    assert os.listdir(root / "tomb") == []
+
+
+def test_a_recorded_folder_through_a_link_is_left_in_place(tmp_path: Path) -> None:
+    root, outside = build(tmp_path, "r", folders=4)
+    (root / "pub" / layout.name(0, 0, "exec/L/checkpoint-0")).unlink()
+    (root / "tomb").mkdir()
+    (root / "tomb" / layout.tomb_name("exec/L/checkpoint-0")).touch()
+    code, out, err = run(*prune_args(root, 100))
+    assert code == 0 and out == ""
+    assert err == (
+        f"publish: prune: left {root}/exec/L/checkpoint-0 in place: {root}/exec/L is a symbolic link\n"
+    )
+    assert (outside / "checkpoint-0" / "w").exists() and os.listdir(root / "tomb") == []
+
+
+@pytest.mark.parametrize("what", ["link", "dangling link", "file"])
+def test_tomb_must_be_a_real_directory(tmp_path: Path, what: str) -> None:
+    root, _ = build(tmp_path, "r", folders=4)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if what == "link":
+        (root / "tomb").symlink_to(elsewhere)
+    elif what == "dangling link":
+        (root / "tomb").symlink_to(tmp_path / "missing")
+    else:
+        (root / "tomb").write_bytes(b"")
+    before = tree(root)
+    code, out, err = run(*prune_args(root, 1))
+    said = "is a symbolic link" if "link" in what else "is not a directory"
+    assert (code, out, err) == (1, "", f"publish: {root}/tomb {said}\n")
+    assert tree(root) == before and list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["stray", ".hidden", layout.tomb_name("exec/a") + "="])
+def test_anything_else_in_tomb_is_an_error_naming_it(tmp_path: Path, name: str) -> None:
+    root, _ = build(tmp_path, "r", folders=4)
+    (root / "tomb").mkdir()
+    (root / "tomb" / name).touch()
+    before = tree(root)
+    code, out, err = run(*prune_args(root, 1))
+    assert code == 1 and out == ""
+    assert err.startswith(f"publish: {root}/tomb/{name}: not a tombstone (")
+    assert tree(root) == before
+
+
+def test_resolve_and_watch_are_not_confused_by_tomb(tmp_path: Path) -> None:
+    root = tmp_path / "r"
+    (root / "tomb" / layout.tomb_name("exec/A/checkpoint-1")).parent.mkdir(parents=True)
+    (root / "tomb" / layout.tomb_name("exec/A/checkpoint-1")).touch()
+    (root / "tomb" / "step_1").mkdir()  # not a tombstone, but neither resolve nor watch reads tomb/
+    r = run_cli("resolve", "-checkpoint", str(root))
+    assert (r.code, r.out) == (0, "")
+    (root / "exec" / "A" / "checkpoint-1").mkdir(parents=True)
+    (root / "exec" / "A" / "checkpoint-1" / "w").write_bytes(b"w")
+    r = run_cli("publish", "-checkpoint", str(root), str(root / "exec/A/checkpoint-1"), "1")
+    assert r.code == 0, r.err
+    r = run_cli("resolve", "-checkpoint", str(root))
+    assert (r.code, r.out, r.err) == (0, f"{root}/exec/A/checkpoint-1\n", "")
+    # watch reads SAVES (below the root, exec/<attempt> by default) and pub/, never tomb/.
+    (root / "exec" / "A" / "step_7").mkdir()
+    (root / "exec" / "A" / "step_7" / ".metadata").write_bytes(b"")
+    w = Watch("-checkpoint", str(root), "-framework", "dcp", "-interval", "100ms", "-attempt", "A")
+    assert w.next_line().startswith(f"published {layout.name(0, 7, 'exec/A/step_7')} ")
+    code, err = w.stop()
+    assert code == 0, err
+    assert sorted(os.listdir(root / "pub")) == sorted(
+        [layout.name(0, 1, "exec/A/checkpoint-1"), layout.name(0, 7, "exec/A/step_7")]
+    )
+    assert sorted(os.listdir(root / "tomb")) == sorted([layout.tomb_name("exec/A/checkpoint-1"), "step_1"])
+
+
+# -- every cut point, in-process ------------------------------------------------------------------------
+
+
+class Killed(BaseException):
+    pass
+
+
+class Cut:
+    """A PosixStore that stops dead after ``budget`` steps: each tombstone, entry and tombstone removal is a
+    step, and a folder's removal two (half of its files, then the rest)."""
+
+    def __init__(self, store: PosixStore, budget: int) -> None:
+        self.store, self.budget, self.steps = store, budget, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def _take(self) -> None:
+        if self.steps >= self.budget:
+            raise Killed
+        self.steps += 1
+
+    def create_tombs(self, names: list[str]) -> None:
+        for n in names:
+            self._take()
+            self.store.create_tombs([n])
+
+    def remove_entries(self, names: list[str]) -> None:
+        for n in names:
+            self._take()
+            self.store.remove_entries([n])
+
+    def remove_tombs(self, names: list[str]) -> None:
+        for n in names:
+            self._take()
+            self.store.remove_tombs([n])
+
+    def remove_folder(self, path: str) -> Any:
+        self._take()
+        full = Path(self.store.location(path))
+        if full.is_dir() and not any(p.is_symlink() for p in [full, *full.parents]):
+            files = sorted(p for p in full.rglob("*") if p.is_file())
+            for p in files[: len(files) // 2]:
+                p.unlink()
+        self._take()
+        return self.store.remove_folder(path)
+
+
+def test_a_prune_cut_at_every_step_is_finished_by_the_next(tmp_path: Path) -> None:
+    for keep in (1, 3):
+        want = reference(tmp_path, keep)
+        root, outside = build(tmp_path, f"count-{keep}")
+        full = Cut(PosixStore(str(root)), 10**9)
+        prune(full, Say(lambda s: None, lambda s: None), keep)  # type: ignore[arg-type]
+        steps = full.steps
+        assert steps > 20
+        for budget in range(steps + 1):
+            root, outside = build(tmp_path, f"cut-{keep}-{budget}")
+            try:
+                prune(Cut(PosixStore(str(root)), budget), Say(lambda s: None, lambda s: None), keep)  # type: ignore[arg-type]
+            except Killed:
+                assert budget < steps
+            code, _, err = run(*prune_args(root, keep))
+            assert code == 0, err
+            assert tree(root, outside) == want, f"keep {keep}, cut after {budget} of {steps} steps"
+            shutil.rmtree(root.parent)
+
+
+# -- SIGKILL at random moments -----------------------------------------------------------------------------
+
+
+def classify(root: Path, initial: dict[str, Any], final: dict[str, Any], snapshot: dict[str, Any]) -> str:
+    if snapshot == initial:
+        return "before any change"
+    if snapshot == final:
+        return "after the last change"
+    pub = {k for k in snapshot if k.startswith("0:pub/")}
+    tombs = {k for k in snapshot if k.startswith("0:tomb/")}
+    if pub == {k for k in initial if k.startswith("0:pub/")}:
+        return "tombstones written, no entry removed"
+    if pub != {k for k in final if k.startswith("0:pub/")}:
+        return "while removing entries"
+    if not tombs:
+        return "after the last tombstone"  # nothing of tomb/ left, yet not the final tree: never expected
+    return "while removing folders"
+
+
+def kill_trials(base: Path, trials: int, seed: int, workers: int = 2) -> tuple[Counter[str], int]:
+    """Run ``trials`` prunes killed at random moments, then one more each; return where the kills landed.
+
+    Every trial's tree after the second prune must equal the uninterrupted prune's."""
+    rng = random.Random(seed)
+    keeps = (1, 2, 4)
+    initial = {}
+    final = {}
+    for keep in keeps:
+        root, outside = build(base, f"initial-{keep}")
+        initial[keep] = tree(root, outside)
+        final[keep] = reference(base, keep)
+    # The prune runs in a driver that has imported the command and starts it on a byte from the test
+    # (tests/test_crash.py), so the kill lands inside the verb rather than in the interpreter's start, whose
+    # length moves with the machine's load far more than the prune's does.
+    spans = []
+    for i in range(3):
+        root, _ = build(base, f"calibrate-{i}")
+        d = Driver(*prune_args(root, 1))
+        d.go()
+        code, _, err = d.finish()
+        assert code == 0, err
+        spans.append(float(err.decode().rsplit("took ", 1)[1].split()[0]))
+    span = min(spans)
+    plans = [(i, rng.choice(keeps), rng.uniform(0, span)) for i in range(trials)]
+    states: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def trial(item: tuple[int, int, float]) -> None:
+        i, keep, delay = item
+        root, outside = build(base, f"t{i}")
+        Driver(*prune_args(root, keep)).kill_after(delay)
+        where = classify(root, initial[keep], final[keep], tree(root, outside))
+        code, _, err2 = run(*prune_args(root, keep))
+        assert code == 0, err2
+        got = tree(root, outside)
+        assert got == final[keep], f"seed {seed} trial {i} (keep {keep}, killed after {delay:.3f} s, {where})"
+        with lock:
+            states[where] += 1
+        shutil.rmtree(root.parent)
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(trial, plans))
+    mid = sum(v for k, v in states.items() if k not in ("before any change", "after the last change"))
+    return states, mid
+
+
+@pytest.mark.slow
+def test_prune_killed_at_random_moments_is_finished_by_the_next(tmp_path: Path) -> None:
+    states, mid = kill_trials(tmp_path, TRIALS, SEED)
+    report = ", ".join(f"{k}: {v}" for k, v in sorted(states.items()))
+    print(f"{mid} of {TRIALS} kills landed inside prune (seed {SEED}); {report}")
+    assert states["after the last tombstone"] == 0, report
+    assert mid >= TRIALS // 3, report
+    assert states["tombstones written, no entry removed"] >= 1, report
+    assert states["while removing folders"] >= 1, report
+
+
+# -- S3: every request refused from the Nth on -------------------------------------------------------------
+
+
+@pytest.mark.s3
+def test_s3_prune_cut_at_every_request_is_finished_by_the_next(weed: Any, tmp_path: Path) -> None:
+    from tests.servers import Action, FaultProxy, Respond
+    from tests.test_cli_s3 import Root
+
+    proxy = FaultProxy(weed.endpoint)
+
+    class LandThenRefuse(Action):
+        def handle(self, p: FaultProxy, h: Any, req: Any) -> None:
+            p.upstream_call(req)
+            Respond(403, "AccessDenied").handle(p, h, req)
+
+    def fill(root: Root) -> None:
+        keys = []
+        for k in range(5):
+            keys += [f"exec/A/checkpoint-{k}/model.bin", f"exec/A/checkpoint-{k}/sub/o.bin"]
+        keys += ["exec/B/checkpoint-9/w", "exec/A/checkpoint-10/keep"]
+        root.put_many(keys)
+        made = [layout.Entry(0, k, f"exec/A/checkpoint-{k}") for k in range(5)]
+        made += [layout.Entry(0, 0, "exec/B"), layout.Entry(0, 1, "exec/A/checkpoint-1/sub")]
+        root.put_many([f"pub/{e.name}" for e in made])
+
+    try:
+        ref = Root(weed, tmp_path, endpoint=proxy.endpoint)
+        fill(ref)
+        proxy.reset()
+        r = ref.run("prune", "-keep", "2")
+        assert r.code == 0, r.err
+        requests = proxy.count()
+        want = ref.keys()
+        assert any("/tomb/" in s.path for s in proxy.seen)
+        for n in range(requests):
+            # Request n+1 refused before it reaches the store, or after it landed there (its answer lost).
+            for action in [Respond(403, "AccessDenied"), LandThenRefuse()][n % 2 :][:1]:
+                root = Root(weed, tmp_path, endpoint=proxy.endpoint)
+                fill(root)
+                proxy.reset()
+                seen = [0]
+
+                def from_nth(req: Any, n: int = n, seen: list[int] = seen) -> bool:
+                    seen[0] += 1
+                    return seen[0] > n
+
+                proxy.add(action, match=from_nth)
+                assert root.run("prune", "-keep", "2").code == 1
+                proxy.reset()
+                r = root.run("prune", "-keep", "2")
+                assert r.code == 0, r.err
+                assert root.keys() == want, f"cut at request {n + 1} of {requests} ({type(action).__name__})"
+    finally:
+        proxy.stop()
