@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.util
+import logging
 import os
 import select
 import shutil
@@ -72,7 +74,9 @@ def exchange_function() -> Any:
 
 
 def racer_main(flag_path: str) -> None:
-    """The racer process: ``a<TAB>b`` on stdin starts swapping a and b until the shared flag is cleared.
+    """The racer process: ``a<TAB>b<TAB>D<TAB>E`` on stdin starts swapping a and b until the shared flag is
+    cleared, keeping them as they were for a random time up to D microseconds and swapped up to E (0: swapping
+    back as fast as it can).
 
     It then swaps once more if needed, so both names are as they were, and answers ``stopped N`` (N swaps).
     A swap that fails (one name was removed) ends the swapping: the answer is then ``error E``, its errno.
@@ -80,16 +84,24 @@ def racer_main(flag_path: str) -> None:
     ends the process.
     """
     import mmap
+    import random
+    import time
 
     swap = exchange_function()
     with open(flag_path, "r+b") as f:
         flag = mmap.mmap(f.fileno(), 1)
+    clock = time.perf_counter
     for command in sys.stdin.buffer:
-        a, b = command.rstrip(b"\n").split(b"\t")
+        a, b, *dwell = command.rstrip(b"\n").split(b"\t")
+        longest = [int(d) / 1e6 for d in dwell]  # [as they were, swapped]
         count, error = 0, 0
         while flag[0] and not error:
             error = swap(a, b)
             count += not error
+            if longest[count % 2]:  # a busy wait: sleeping is far coarser than the windows raced
+                until = clock() + random.uniform(0, longest[count % 2])
+                while clock() < until and flag[0]:
+                    pass
         if count % 2 and not error:
             error = swap(a, b)
         sys.stdout.buffer.write(b"error %d\n" % error if error else b"stopped %d\n" % count)
@@ -110,10 +122,11 @@ class Racer:
         )
         self.swaps = 0
 
-    def start(self, a: Path, b: Path) -> None:
+    def start(self, a: Path, b: Path, dwell_us: tuple[int, int] = (0, 0)) -> None:
+        """Swap ``a`` and ``b``, keeping each state up to ``dwell_us`` (as they were, swapped) microseconds."""
         assert self.proc.stdin is not None
         self.flag[0] = 1
-        self.proc.stdin.write(os.fsencode(a) + b"\t" + os.fsencode(b) + b"\n")
+        self.proc.stdin.write(b"%s\t%s\t%d\t%d\n" % (os.fsencode(a), os.fsencode(b), *dwell_us))
         self.proc.stdin.flush()
 
     def stop(self, timeout: float = 20) -> int:
@@ -284,3 +297,70 @@ def test_prune_never_empties_a_directory_outside_the_root(racer: Racer, scratch:
             errors.append(r)
     assert canaries(outside) == sum(1 if t % 2 else 4 for t in range(trials))
     assert errors == []
+
+
+@pytest.mark.torch
+def test_retention_never_removes_files_outside_the_root(racer: Racer, scratch: Path) -> None:
+    """The snapshot directory retention removes is swapped for a link to a canary directory holding files of
+    the same names, while the save that triggers retention runs."""
+    need(importlib.util.find_spec("torch") is not None, "torch")
+    import publish.snapshots as snapshots
+
+    root, canary, link = scratch / "snapshots", scratch / "canary", scratch / "L"
+    files = ["READY", "checkpoint.pt", "manifest.json"]
+    canary.mkdir()
+    for name in files:
+        (canary / name).write_bytes(b"canary")
+    link.symlink_to(canary)
+    logging.getLogger("publish.snapshots").setLevel(logging.ERROR)  # retention warns at every refusal
+    try:
+        snapshots.save_checkpoint(root, {"step": 0})
+        snapshots.save_checkpoint(root, {"step": 1})
+        trials, removed = 400, 0
+        for step in range(2, trials + 2):
+            oldest = min(n for n in os.listdir(root) if (root / n / "READY").exists())
+            racer.start(root / oldest, link, dwell_us=(300, 0))  # checks pass, then a swap
+            try:
+                snapshots.save_checkpoint(root, {"step": step}, keep_last=2)
+            finally:
+                gone = racer.stop()
+            assert sorted(os.listdir(canary)) == files, (
+                f"trial {step}: something outside the root was removed"
+            )
+            assert gone in (0, errno.ENOENT) and link.is_symlink()
+            removed += not (root / oldest / "READY").exists()
+    finally:
+        logging.getLogger("publish.snapshots").setLevel(logging.NOTSET)
+    assert removed > 0
+    assert all((canary / name).read_bytes() == b"canary" for name in files)
+
+
+@pytest.mark.torch
+def test_retention_leaves_a_snapshot_swapped_for_a_link_after_its_last_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The swap made at the worst moment, once: after the last check of the old code, before any unlink."""
+    need(importlib.util.find_spec("torch") is not None, "torch")
+    import publish.snapshots as snapshots
+
+    root, canary = tmp_path / "snapshots", tmp_path / "canary"
+    old = snapshots.save_checkpoint(root, {"step": 1})
+    snapshots.save_checkpoint(root, {"step": 2})
+    shutil.copytree(old, canary)
+    real = snapshots._still_verified
+    calls: list[str] = []
+
+    def then_swap(meta: Any) -> bool:
+        verdict = real(meta)
+        calls.append(meta.path)
+        if meta.path == str(old) and calls.count(meta.path) == 2:  # _remove's own check
+            os.rename(old, tmp_path / "moved")
+            old.symlink_to(canary)
+        return verdict
+
+    monkeypatch.setattr(snapshots, "_still_verified", then_swap)
+    with caplog.at_level(logging.WARNING, logger="publish.snapshots"):
+        snapshots.save_checkpoint(root, {"step": 3})
+    assert sorted(os.listdir(canary)) == ["READY", "checkpoint.pt", "manifest.json"]
+    assert sorted(os.listdir(tmp_path / "moved")) == ["READY", "checkpoint.pt", "manifest.json"]
+    assert any(f"{old} is a symbolic link" in r.getMessage() for r in caplog.records)
