@@ -106,6 +106,26 @@ def test_entries_are_created_and_removed_through_pub_as_it_was_opened(root: Path
     assert os.listdir(outside) == [name]
 
 
+def test_exec_swapped_for_a_link_after_the_check_is_refused_by_every_read(root: Path, tmp_path: Path) -> None:
+    outside = outside_with_entries(tmp_path)
+    (root / "exec" / "A" / "checkpoint-1").mkdir(parents=True)
+    store = PosixStore(str(root))
+    store.check_root()
+    os.rename(root / "exec", tmp_path / "old-exec")
+    (root / "exec").symlink_to(outside)
+    for call in (
+        lambda: store.list_folders("exec"),
+        lambda: store.list_folders("exec/A"),
+        lambda: store.holds("exec/A/checkpoint-1"),
+        lambda: store.read("exec/A/checkpoint-1/trainer_state.json", 10),
+        lambda: store.exists("exec/A/checkpoint-1/.metadata"),
+    ):
+        with pytest.raises(Failure, match=f"^{root}/exec is a symbolic link$"):
+            call()
+    assert store.remove_folder("exec/A/checkpoint-1") == Removal(False, link="exec")
+    assert (outside / "A" / "checkpoint-1" / "model.bin").exists()
+
+
 # --- pub/ holds entry files only ----------------------------------------------------------------------------
 
 
