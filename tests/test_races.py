@@ -364,3 +364,18 @@ def test_retention_leaves_a_snapshot_swapped_for_a_link_after_its_last_check(
     assert sorted(os.listdir(canary)) == ["READY", "checkpoint.pt", "manifest.json"]
     assert sorted(os.listdir(tmp_path / "moved")) == ["READY", "checkpoint.pt", "manifest.json"]
     assert any(f"{old} is a symbolic link" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.torch
+def test_retention_without_descriptor_calls_removes_by_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the system has no descriptor-relative calls (Windows), retention removes as it always did."""
+    need(importlib.util.find_spec("torch") is not None, "torch")
+    import publish.snapshots as snapshots
+
+    monkeypatch.setattr(snapshots._fs, "_AT_CALLS", False)
+    old = snapshots.save_checkpoint(tmp_path, {"step": 1})
+    snapshots.save_checkpoint(tmp_path, {"step": 2})
+    snapshots.save_checkpoint(tmp_path, {"step": 3})
+    assert not old.exists() and len(os.listdir(tmp_path)) == 2

@@ -170,6 +170,22 @@ def read_limited_at(dir_fd: int, name: str, limit: int) -> bytes:
         os.close(fd)
 
 
+_AT_CALLS = {os.open, os.stat, os.unlink, os.rmdir} <= os.supports_dir_fd
+
+
+def _remove_by_path(root: str, path: str, files: tuple[str, ...]) -> bool:
+    for i, file in enumerate(files):
+        os.unlink(os.path.join(path, file))
+        if i == 0:
+            fsync_dir(path)
+    try:
+        os.rmdir(path)
+    except OSError:
+        return False
+    fsync_dir(root)
+    return True
+
+
 def remove_snapshot(root: str, name: str, files: tuple[str, ...], check: Callable[[int], None]) -> bool:
     """Remove ``files`` (the first made durable before the others go) from the snapshot directory ``name``
     of ``root``, then the directory if it is empty; False when it was not (it is left).
@@ -180,6 +196,8 @@ def remove_snapshot(root: str, name: str, files: tuple[str, ...], check: Callabl
     the directory removed relative to the root's.  A directory swapped for a link is refused, not followed.
     """
     path = os.path.join(root, name)
+    if not _AT_CALLS:  # Windows: no descriptor-relative calls; the checks by path just made are all there is
+        return _remove_by_path(root, path, files)
     root_fd = os.open(root, _DIR_FLAGS)
     try:
         before = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
