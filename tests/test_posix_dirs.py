@@ -306,3 +306,62 @@ def remove_deep_tree(root: Path) -> None:
     finally:
         if folder.exists():  # pytest's own clean-up of old temporary directories recurses, and would fail
             subprocess.run(["rm", "-rf", str(folder)], check=True, timeout=120)
+
+
+def swap_after_lstat(
+    monkeypatch: pytest.MonkeyPatch, target: Path, replace: Callable[[Path], None]
+) -> list[Path]:
+    """The first lstat of ``target``'s name (anywhere) returns what it saw, then ``replace`` swaps it."""
+    import publish.fsops as fsops
+
+    real, swapped = fsops.lstat_at, []
+
+    def then_swap(dir_fd: int, name: str) -> os.stat_result | None:
+        st = real(dir_fd, name)
+        if name == target.name and not swapped:
+            swapped.append(target)
+            replace(target)
+        return st
+
+    monkeypatch.setattr(fsops, "lstat_at", then_swap)
+    return swapped
+
+
+def test_a_folder_replaced_by_another_between_check_and_open_is_an_error_and_both_stay(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = root / "exec" / "A" / "checkpoint-1"
+    folder.mkdir(parents=True)
+    (folder / "w").write_bytes(b"w")
+
+    def replace(p: Path) -> None:
+        p.rename(tmp_path / "first")
+        p.mkdir()
+        (p / "other").write_bytes(b"o")
+
+    swapped = swap_after_lstat(monkeypatch, folder, replace)
+    with pytest.raises(
+        Failure, match=f"^{folder}: could not remove: it was replaced while it was being removed$"
+    ):
+        PosixStore(str(root)).remove_folder("exec/A/checkpoint-1")
+    assert swapped and (tmp_path / "first" / "w").exists() and (folder / "other").exists()
+
+
+def test_a_folder_inside_swapped_for_a_link_after_its_check_is_unlinked_not_followed(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "data").write_bytes(b"keep")
+    folder = root / "exec" / "A" / "checkpoint-1"
+    (folder / "inner" / "sub").mkdir(parents=True)
+    (folder / "inner" / "sub" / "w").write_bytes(b"w")
+
+    def replace(p: Path) -> None:
+        p.rename(tmp_path / "moved")
+        p.symlink_to(precious)
+
+    swapped = swap_after_lstat(monkeypatch, folder / "inner" / "sub", replace)
+    assert PosixStore(str(root)).remove_folder("exec/A/checkpoint-1") == Removal(True)
+    assert swapped and not folder.exists()
+    assert (precious / "data").read_bytes() == b"keep" and (tmp_path / "moved" / "w").exists()
