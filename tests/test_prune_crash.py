@@ -147,7 +147,8 @@ def test_tombstones_are_written_durably_before_any_entry_is_removed(
     monkeypatch.setattr(os, "unlink", unlink)
     code, _, err = run(*prune_args(root, 1))
     assert code == 0, err
-    first_entry = next(i for i, e in enumerate(events) if e.startswith(f"unlink {root}/pub/"))
+    names = {f"unlink {e.name}" for e in gone}  # entries are unlinked by name, relative to pub/'s descriptor
+    first_entry = next(i for i, e in enumerate(events) if e in names)
     before = events[:first_entry]
     for folder in folders:
         assert f"fsync {root}/tomb/{layout.tomb_name(folder)}" in before
@@ -360,7 +361,10 @@ def kill_trials(base: Path, trials: int, seed: int, workers: int = 2) -> tuple[C
         assert code == 0, err
         spans.append(float(err.decode().rsplit("took ", 1)[1].split()[0]))
     span = min(spans)
-    plans = [(i, rng.choice(keeps), rng.uniform(0, span)) for i in range(trials)]
+    # The delays are drawn from a window that follows where the kills land: a kill before any change moves
+    # its low end up, one after the last change moves its high end down.  The machine's load moves the
+    # prune's length from one batch to the next; a fixed window would land most kills outside it.
+    window = [0.0, span]
     states: Counter[str] = Counter()
     lock = threading.Lock()
 
@@ -375,10 +379,21 @@ def kill_trials(base: Path, trials: int, seed: int, workers: int = 2) -> tuple[C
         assert got == final[keep], f"seed {seed} trial {i} (keep {keep}, killed after {delay:.3f} s, {where})"
         with lock:
             states[where] += 1
+            if where == "before any change":
+                window[0] = min(max(window[0], delay * 0.9), window[1] * 0.9)
+            elif where == "after the last change":
+                window[1] = max(min(window[1], delay * 1.1), window[0] * 1.2 + 1e-4)
         shutil.rmtree(root.parent)
 
+    batch = 20
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(trial, plans))
+        for start in range(0, trials, batch):
+            with lock:
+                lo, hi = window
+            plans = [
+                (i, rng.choice(keeps), rng.uniform(lo, hi)) for i in range(start, min(trials, start + batch))
+            ]
+            list(pool.map(trial, plans))
     mid = sum(v for k, v in states.items() if k not in ("before any change", "after the last change"))
     return states, mid
 

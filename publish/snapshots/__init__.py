@@ -338,18 +338,24 @@ def _retain(root: str, new: _Meta, keep_last: int) -> None:
 
 
 def _remove(root: str, meta: _Meta) -> None:
-    """Check the snapshot once more, then remove READY first, then the other files, then the directory."""
+    """Check the snapshot once more, then remove READY first, then the other files, then the directory.
+
+    The removal goes through a descriptor of the snapshot directory, verified again through that
+    descriptor (_fs.remove_snapshot): a directory swapped for a link meanwhile is left, never followed."""
     again = _read_meta(meta.path, meta.name)
     if not _still_verified(again):
         log.warning("retention: left %s in place: it changed since it was verified", meta.path)
         return
-    _verified.pop(meta.path, None)
-    os.unlink(os.path.join(meta.path, READY))
-    _fs.fsync_dir(meta.path)
-    os.unlink(os.path.join(meta.path, MANIFEST))
-    os.unlink(os.path.join(meta.path, PAYLOAD))
-    try:
-        os.rmdir(meta.path)
-    except OSError as e:
-        log.info("retention: left %s in place: %s", meta.path, _reason(e))
-    _fs.fsync_dir(root)
+    cached = _verified.pop(meta.path)
+
+    def unchanged(dir_fd: int) -> None:
+        now = (
+            _fs.read_limited_at(dir_fd, READY, READY_LIMIT),
+            _fs.read_limited_at(dir_fd, MANIFEST, MANIFEST_LIMIT),
+            _payload.fingerprint(os.stat(PAYLOAD, dir_fd=dir_fd, follow_symlinks=False)),
+        )
+        if now != cached:
+            raise SnapshotError(f"{meta.path} changed since it was verified")
+
+    if not _fs.remove_snapshot(root, meta.name, (READY, MANIFEST, PAYLOAD), unchanged):
+        log.info("retention: left %s in place: it is not empty", meta.path)

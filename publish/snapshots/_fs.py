@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
+from typing import Callable
 
 from publish.fileio import read_at_most
 
@@ -16,6 +18,9 @@ _READ_FLAGS = (
     | getattr(os, "O_CLOEXEC", 0)
     | getattr(os, "O_NONBLOCK", 0)
     | getattr(os, "O_BINARY", 0)
+)
+_DIR_FLAGS = (
+    os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 )
 _CREATE_FLAGS = (
     os.O_WRONLY
@@ -144,3 +149,84 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def read_limited_at(dir_fd: int, name: str, limit: int) -> bytes:
+    """The whole of the small regular file ``name`` in the directory ``dir_fd``, never through a link."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise SnapshotError(f"{name} is a symbolic link") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SnapshotError(f"{name} is not a regular file")
+        data = read_at_most(fd, limit)
+        if data is None:
+            raise SnapshotError(f"{name} is over {limit} bytes")
+        return data
+    finally:
+        os.close(fd)
+
+
+_AT_CALLS = {os.open, os.stat, os.unlink, os.rmdir} <= os.supports_dir_fd
+
+
+def _remove_by_path(root: str, path: str, files: tuple[str, ...]) -> bool:
+    for i, file in enumerate(files):
+        os.unlink(os.path.join(path, file))
+        if i == 0:
+            fsync_dir(path)
+    try:
+        os.rmdir(path)
+    except OSError:
+        return False
+    fsync_dir(root)
+    return True
+
+
+def remove_snapshot(root: str, name: str, files: tuple[str, ...], check: Callable[[int], None]) -> bool:
+    """Remove ``files`` (the first made durable before the others go) from the snapshot directory ``name``
+    of ``root``, then the directory if it is empty; False when it was not (it is left).
+
+    Every step goes through descriptors: the root is opened once, the snapshot directory is opened in it
+    with ``O_NOFOLLOW`` and must be the directory ``lstat`` saw there, ``check(dir_fd)`` re-verifies it
+    through that descriptor (it raises to leave it untouched), the files are unlinked relative to it and
+    the directory removed relative to the root's.  A directory swapped for a link is refused, not followed.
+    """
+    path = os.path.join(root, name)
+    if not _AT_CALLS:  # Windows: no descriptor-relative calls; the checks by path just made are all there is
+        return _remove_by_path(root, path, files)
+    root_fd = os.open(root, _DIR_FLAGS)
+    try:
+        before = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+        if is_link(before):
+            raise SnapshotError(f"{path} is a symbolic link")
+        if not stat.S_ISDIR(before.st_mode):
+            raise SnapshotError(f"{path} is not a directory")
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise SnapshotError(f"{path} changed while it was being removed") from None
+            raise
+        try:
+            after = os.fstat(fd)
+            if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+                raise SnapshotError(f"{path} changed while it was being removed")
+            check(fd)
+            for i, file in enumerate(files):
+                os.unlink(file, dir_fd=fd)
+                if i == 0:
+                    os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.rmdir(name, dir_fd=root_fd)
+        except OSError:
+            return False
+        os.fsync(root_fd)
+        return True
+    finally:
+        os.close(root_fd)

@@ -62,14 +62,16 @@ class Store(Protocol):
         ...
 
     def check_root(self) -> None:
-        """Fail unless the root is usable: a POSIX root must exist as a directory.  S3 sends nothing."""
+        """Fail unless the root is usable: a POSIX root must exist as a directory, and its pub/ and exec/, where
+        they exist, be real directories (not links).  S3 sends nothing."""
         ...
 
     def list_entries(self) -> list[str]:
         """Every name directly in pub/, in no set order, parsing none of them.
 
-        Anything there is listed: a folder, a hidden file, a name holding ``/`` (an S3 key below pub/ with a
-        further ``/``), so the caller can refuse it by name.  A missing pub/ holds nothing.  On S3 the key
+        Anything there is listed: a hidden file, a name holding ``/`` (an S3 key below pub/ with a further
+        ``/``), so the caller can refuse it by name; POSIX refuses a child that is not a regular file (a
+        folder, a link, a FIFO) itself, naming it.  A missing pub/ holds nothing.  On S3 the key
         ``PREFIX/pub/`` itself is not listed.
         """
         ...
@@ -101,11 +103,12 @@ class Store(Protocol):
         ...
 
     def read(self, path: str, limit: int) -> bytes | None:
-        """The bytes of the file at ``path``, or None when there is none.  A file over ``limit`` bytes is refused."""
+        """The bytes of the file at ``path``, or None when there is none.  A file over ``limit`` bytes is refused;
+        on POSIX so is a link, a FIFO or anything else that is not a regular file (never opened to wait)."""
         ...
 
     def exists(self, path: str) -> bool:
-        """True when a file (an object) is at ``path``."""
+        """True when a file (an object) is at ``path``; on POSIX anything there but a regular file is refused."""
         ...
 
     def remove_folder(self, path: str) -> Removal:
@@ -113,7 +116,9 @@ class Store(Protocol):
 
         POSIX: when any element of ``path`` (the folder itself or a parent below the root) is a symbolic link,
         nothing is removed and the result names the first such link.  A link inside the folder is removed as a
-        link.  S3: every object under ``path/``, with DeleteObjects.
+        link.  A ``path`` that is one file is unlinked.  The walk goes from the root's descriptor with
+        ``O_NOFOLLOW``, so an element swapped for a link while it runs is such a link too, never followed.
+        S3: every object under ``path/``, with DeleteObjects.
         """
         ...
 

@@ -1,0 +1,225 @@
+"""Directory work relative to descriptors that never follows a symbolic link: pure os, no policy.
+
+Every name is looked up in a directory already open (``dir_fd``), so no path string is resolved twice:
+a directory swapped for a link between a check and a use is seen, never followed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+DIR_FLAGS = os.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC
+
+# What stands at a name that was checked to be a directory, when it could not be entered or removed.
+LINK = "link"  # a symbolic link now
+GONE = "gone"  # nothing now
+CHANGED = "changed"  # another directory, or something that is neither a directory nor a link
+
+_TRIES = 100  # a name that flips back to the directory it was is tried again, this many times at most
+_WINDOW = 16  # directories kept open during a removal; an outer one is reopened through ".." and checked
+
+
+class Changed(OSError):
+    """The tree changed under a removal in a way it cannot follow without leaving what it checked."""
+
+
+def same(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    """``lstat`` of ``name`` in ``dir_fd``; None when there is nothing there."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def fsync_fd(fd: int) -> None:
+    """fsync a directory's descriptor; a filesystem that refuses fsync on directories is as durable as it gets."""
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+
+
+def enter(dir_fd: int, name: str, expect: os.stat_result) -> int | str:
+    """Open ``name`` in ``dir_fd`` as the directory ``expect`` (its ``lstat``) describes, never through a link.
+
+    Returns the descriptor, or LINK, GONE or CHANGED for what stands at ``name`` instead.
+    """
+    for _ in range(_TRIES):
+        try:
+            fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return GONE
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+        else:
+            if same(os.fstat(fd), expect):
+                return fd
+            os.close(fd)
+            return CHANGED
+        now = lstat_at(dir_fd, name)
+        if now is None:
+            return GONE
+        if stat.S_ISLNK(now.st_mode):
+            return LINK
+        if not (stat.S_ISDIR(now.st_mode) and same(now, expect)):
+            return CHANGED
+    return CHANGED
+
+
+class _Frame:
+    """A directory being emptied: its name in its parent, its identity, its descriptor while held."""
+
+    __slots__ = ("name", "st", "fd", "pending", "retries")
+
+    def __init__(self, name: str, st: os.stat_result, fd: int) -> None:
+        self.name = name
+        self.st = st
+        self.fd: int | None = fd
+        self.pending: list[str] | None = None  # subdirectories still to empty; None until listed
+        self.retries = 0
+
+
+def _unlink_or_keep(fd: int, name: str) -> bool:
+    """Unlink the non-directory ``name`` (a link is removed as a link); False when it is a directory now."""
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if e.errno not in (errno.EISDIR, errno.EPERM):
+            raise
+        now = lstat_at(fd, name)
+        if now is None:
+            return True
+        if stat.S_ISDIR(now.st_mode):
+            return False
+        raise
+    return True
+
+
+def _list(fd: int) -> list[str]:
+    """Unlink every non-directory in the directory ``fd``; the names of its subdirectories."""
+    with os.scandir(fd) as it:
+        children = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+    return [name for name, is_dir in children if is_dir or not _unlink_or_keep(fd, name)]
+
+
+def _path(frames: list[_Frame], name: object = "") -> str:
+    names = [f.name for f in frames[1:]]
+    return "/".join([*names, name] if isinstance(name, str) and name else names)
+
+
+def remove_tree(dir_fd: int, name: str, expect: os.stat_result) -> str:
+    """Remove the directory ``name`` in ``dir_fd`` (``expect`` is its ``lstat``) and everything in it.
+
+    Returns "" when it is gone, or LINK, GONE or CHANGED (see :func:`enter`) when ``name`` did not hold
+    that directory when it was entered or removed.  A link inside is unlinked, never followed.  No Python
+    recursion, and at most ``_WINDOW`` descriptors held however deep the tree.  Raises OSError (its
+    ``filename`` relative to ``name``), or :class:`Changed` when the tree moved under the removal.
+    """
+    for _ in range(_TRIES):
+        top = enter(dir_fd, name, expect)
+        if isinstance(top, str):
+            return top
+        _empty(top, name, expect)
+        try:
+            os.rmdir(name, dir_fd=dir_fd)
+            return ""
+        except FileNotFoundError:
+            return GONE
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                raise OSError(e.errno, e.strerror, "") from None
+        now = lstat_at(dir_fd, name)  # refilled, or swapped for something else
+        if now is None:
+            return GONE
+        if stat.S_ISLNK(now.st_mode):
+            return LINK
+        if not (stat.S_ISDIR(now.st_mode) and same(now, expect)):
+            return CHANGED
+    raise Changed(errno.ENOTEMPTY, "it keeps changing", "")
+
+
+def _retry(frame: _Frame, frames: list[_Frame], name: str) -> None:
+    """Look at ``name`` in ``frame`` again later, a bounded number of times."""
+    frame.retries += 1
+    if frame.retries > _TRIES:
+        raise Changed(errno.EAGAIN, "it keeps changing", _path(frames, name))
+    assert frame.pending is not None
+    frame.pending.append(name)
+
+
+def _empty(top: int, name: str, expect: os.stat_result) -> None:
+    """Remove everything in the directory ``top`` (closed on return), depth first, without recursion."""
+    frames = [_Frame(name, expect, top)]
+    low = 0  # frames[low:] hold their descriptors
+    try:
+        while frames:
+            frame = frames[-1]
+            fd = frame.fd
+            assert fd is not None
+            try:
+                if frame.pending is None:
+                    frame.pending = _list(fd)
+                if frame.pending:
+                    child = frame.pending.pop()
+                    st = lstat_at(fd, child)
+                    if st is None:
+                        continue
+                    if not stat.S_ISDIR(st.st_mode):
+                        if not _unlink_or_keep(fd, child):
+                            _retry(frame, frames, child)
+                        continue
+                    entered = enter(fd, child, st)
+                    if isinstance(entered, str):
+                        if entered != GONE:  # a link or another directory now: looked at again
+                            _retry(frame, frames, child)
+                        continue
+                    frames.append(_Frame(child, st, entered))
+                    if len(frames) - low > _WINDOW:
+                        outer, frames[low].fd = frames[low].fd, None
+                        assert outer is not None
+                        os.close(outer)
+                        low += 1
+                    continue
+                # frame is empty: remove it from its parent (the caller removes the top, closed below)
+                if len(frames) == 1:
+                    break
+                parent = frames[-2]
+                if parent.fd is None:
+                    up = os.open("..", DIR_FLAGS, dir_fd=fd)
+                    if not same(os.fstat(up), parent.st):
+                        os.close(up)
+                        raise Changed(errno.EXDEV, "it was moved while it was being removed", _path(frames))
+                    parent.fd = up
+                    low = len(frames) - 2
+                frames.pop()
+                frame.fd = None
+                os.close(fd)
+                try:
+                    os.rmdir(frame.name, dir_fd=parent.fd)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                        raise
+                    _retry(parent, frames, frame.name)  # refilled, or swapped for something else
+            except Changed:
+                raise
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, _path(frames, e.filename)) from None
+    finally:
+        for frame in frames:
+            if frame.fd is not None:
+                os.close(frame.fd)
