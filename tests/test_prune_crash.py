@@ -379,10 +379,16 @@ def kill_trials(base: Path, trials: int, seed: int, workers: int = 2) -> tuple[C
         assert got == final[keep], f"seed {seed} trial {i} (keep {keep}, killed after {delay:.3f} s, {where})"
         with lock:
             states[where] += 1
+            lo, hi = window
             if where == "before any change":
-                window[0] = min(max(window[0], delay * 0.9), window[1] * 0.9)
+                lo = max(lo, delay * 0.9)
+                if lo > hi * 0.8:  # the whole window lies before the prune's first change: reach further
+                    hi = max(hi, delay * 1.5)
             elif where == "after the last change":
-                window[1] = max(min(window[1], delay * 1.1), window[0] * 1.2 + 1e-4)
+                hi = min(hi, delay * 1.1)
+                if hi < lo * 1.25:  # the whole window lies after its last change: reach back
+                    lo = hi * 0.7
+            window[:] = [lo, max(hi, lo * 1.1 + 1e-4)]
         shutil.rmtree(root.parent)
 
     batch = 20
