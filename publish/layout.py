@@ -116,7 +116,9 @@ def parse_all(names: list[str], where: str) -> list[Entry]:
         try:
             entries.append(parse(entry_name))
         except ValueError as e:
-            raise Failure(f"{where}/{entry_name}: not a publication entry ({e})") from None
+            from publish.redact import shown
+
+            raise Failure(f"{shown(where + '/' + entry_name)}: not a publication entry ({e})") from None
     return entries
 
 

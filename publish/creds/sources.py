@@ -19,6 +19,7 @@ from publish.errors import CredentialsError
 
 FIELDS = ("access_key_id", "secret_access_key", "session_token", "endpoint", "region")
 REQUIRED = ("access_key_id", "secret_access_key")
+SECRET_FIELDS = ("access_key_id", "secret_access_key", "session_token")  # never in a message, nor a piece
 KINDS = ("secret", "file", "vault")
 
 _REGION = re.compile(r"[a-z0-9-]+\Z")
@@ -45,16 +46,19 @@ def parse_sources(spec: str) -> list[Source]:
     """Parse a ``-creds`` list (addendum 4); CredentialsError for anything that does not parse."""
     # Imported here: the kinds import this module for NotAnswering and the field rules.
     from publish.creds.directory import DirectorySource
-    from publish.creds.vault import VaultSource, redact
+    from publish.creds.vault import VaultSource
+    from publish.redact import shown as quoted
+    from publish.redact import url
 
     if spec == "":
         raise CredentialsError("the -creds list is empty")
     sources: list[Source] = []
     seen: dict[tuple[str, str], str] = {}
     for item in spec.split(","):
-        shown = redact(item)
+        shown = quoted(url(item))
         if item == "":
-            raise CredentialsError(f"an empty item in the -creds list {redact(spec)!r}")
+            whole = ",".join(url(i) for i in spec.split(","))
+            raise CredentialsError(f"an empty item in the -creds list {whole!r}")
         kind, colon, location = item.partition(":")
         if not colon:
             raise CredentialsError(f"{shown}: not a kind:location source; want secret:, file: or vault:")
@@ -126,6 +130,9 @@ def credentials_from_fields(source: str, fields: Mapping[str, str]) -> Credentia
 
     ``fields`` holds the values as found (a file's one trailing newline already dropped).
     """
+    from publish import redact
+
+    redact.register(*(fields.get(name, "") for name in SECRET_FIELDS))
     for name, value in fields.items():
         if name not in FIELDS:
             raise CredentialsError(f"{source}: unknown field {name!r}")
