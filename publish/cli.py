@@ -133,7 +133,8 @@ def _expect_args(run: _Run, names: list[str], optional: int = 0) -> None:
     if len(run.args) > len(names):
         extra = run.args[len(names)]
         raise UsageError(
-            f"unexpected argument {extra!r}" + (" (flags go before arguments)" if extra[:1] == "-" else "")
+            f"unexpected argument {quoted(extra)}"
+            + (" (flags go before arguments)" if extra[:1] == "-" else "")
         )
 
 
@@ -303,12 +304,12 @@ def main(
         return 0
     if verb == "version":
         if len(argv) > 1:
-            warn(f"unexpected argument {argv[1]!r}")
+            warn(f"unexpected argument {quoted(argv[1])}")
             return 2
         out(f"publish {__version__}")
         return 0
     if verb not in SYNOPSIS:
-        warn(f"unknown verb {verb!r}")
+        warn(f"unknown verb {quoted(verb)}")
         stderr.write(verb_list())
         return 2
 

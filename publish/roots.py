@@ -92,7 +92,7 @@ def _bucket_problem(bucket: str) -> str:
         or bucket.startswith(("xn--", "sthree-"))
         or bucket.endswith(("-s3alias", "--ol-s3"))
     ):
-        return f"bucket {bucket!r} is not a valid S3 bucket name"
+        return f"bucket {_quoted(bucket)} is not a valid S3 bucket name"
     return ""
 
 
@@ -126,6 +126,12 @@ def _shown(text: str) -> str:
     from publish.redact import shown
 
     return shown(text)
+
+
+def _quoted(text: str) -> str:
+    from publish.redact import quoted
+
+    return quoted(text)
 
 
 def _redact(text: str) -> str:

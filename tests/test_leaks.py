@@ -313,3 +313,17 @@ def test_published_line_keeps_its_form(tmp_path: Path) -> None:
     assert r.code == 0, r
     name = layout.name(0, 7, "exec/A/c")
     assert r.out == f"published {name} (epoch 0, step 7, {tmp_path}/exec/A/c)\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (["re\nsolve"], 'publish: unknown verb "re\\nsolve"'),
+        (["version", "x\ny"], 'publish: unexpected argument "x\\ny"'),
+        (["version", "plain"], "publish: unexpected argument 'plain'"),  # no control character: as before
+    ],
+)
+def test_verb_and_argument_with_a_newline(args: list[str], shown: str) -> None:
+    r = run_cli(*args)
+    assert r.code == 2, r
+    assert r.err.splitlines()[0] == shown, r.err

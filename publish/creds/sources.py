@@ -16,6 +16,7 @@ from typing import Protocol
 
 from publish.creds.model import Credentials
 from publish.errors import CredentialsError
+from publish.redact import quoted
 
 FIELDS = ("access_key_id", "secret_access_key", "session_token", "endpoint", "region")
 REQUIRED = ("access_key_id", "secret_access_key")
@@ -47,7 +48,7 @@ def parse_sources(spec: str) -> list[Source]:
     # Imported here: the kinds import this module for NotAnswering and the field rules.
     from publish.creds.directory import DirectorySource
     from publish.creds.vault import VaultSource
-    from publish.redact import shown as quoted
+    from publish.redact import shown as shown_as
     from publish.redact import url
 
     if spec == "":
@@ -55,15 +56,17 @@ def parse_sources(spec: str) -> list[Source]:
     sources: list[Source] = []
     seen: dict[tuple[str, str], str] = {}
     for item in spec.split(","):
-        shown = quoted(url(item))
+        shown = shown_as(url(item))
         if item == "":
             whole = ",".join(url(i) for i in spec.split(","))
-            raise CredentialsError(f"an empty item in the -creds list {whole!r}")
+            raise CredentialsError(f"an empty item in the -creds list {quoted(whole)}")
         kind, colon, location = item.partition(":")
         if not colon:
             raise CredentialsError(f"{shown}: not a kind:location source; want secret:, file: or vault:")
         if kind not in KINDS:
-            raise CredentialsError(f"{shown}: unknown source kind {kind!r}; want secret:, file: or vault:")
+            raise CredentialsError(
+                f"{shown}: unknown source kind {quoted(kind)}; want secret:, file: or vault:"
+            )
         source: Source
         if kind == "vault":
             source = VaultSource.parse(location)
@@ -135,7 +138,7 @@ def credentials_from_fields(source: str, fields: Mapping[str, str]) -> Credentia
     redact.register(*(fields.get(name, "") for name in SECRET_FIELDS))
     for name, value in fields.items():
         if name not in FIELDS:
-            raise CredentialsError(f"{source}: unknown field {name!r}")
+            raise CredentialsError(f"{source}: unknown field {quoted(name)}")
         if value == "":
             raise CredentialsError(f"{source}: {name} is empty")
         if any(c.isspace() for c in value):
@@ -148,7 +151,7 @@ def credentials_from_fields(source: str, fields: Mapping[str, str]) -> Credentia
     region = fields.get("region", "us-east-1")
     if not _REGION.match(region):
         raise CredentialsError(
-            f"{source}: region {region!r} is malformed; want lower-case letters, digits and -"
+            f"{source}: region {quoted(region)} is malformed; want lower-case letters, digits and -"
         )
     if "endpoint" in fields:
         from publish.urls import netloc

@@ -116,7 +116,9 @@ def parse_location(location: str) -> Location:
         if key == "":
             raise ValueError("the query has an empty key")
         if key not in KEYS:
-            raise ValueError(f"unknown key {key!r} in the query; the keys are {', '.join(KEYS)}")
+            raise ValueError(
+                f"unknown key {_redact.quoted(key)} in the query; the keys are {', '.join(KEYS)}"
+            )
         value = _unescape(raw_value, f"the value of {key}", plus=True)
         if not eq or value == "":
             raise ValueError(f"the key {key} has no value")
@@ -129,7 +131,7 @@ def parse_location(location: str) -> Location:
     if auth is None:
         raise ValueError("the query has no auth=; want auth=kubernetes or auth=approle")
     if auth not in ("kubernetes", "approle"):
-        raise ValueError(f"auth={auth!r} is not kubernetes or approle")
+        raise ValueError(f"auth={_redact.quoted(auth)} is not kubernetes or approle")
     for key, method in _ONLY_FOR.items():
         if key in values and method != auth:
             raise ValueError(f"the key {key} is not for auth={auth}")
@@ -421,7 +423,9 @@ class VaultSource:
         fields: dict[str, str] = {}
         for name, value in data.items():
             if name not in FIELDS:
-                raise self._refuse(f"{shown}: unknown field {name!r}; the fields are {', '.join(FIELDS)}")
+                raise self._refuse(
+                    f"{shown}: unknown field {_redact.quoted(name)}; the fields are {', '.join(FIELDS)}"
+                )
             if not isinstance(value, str):
                 raise self._refuse(f"{shown}: field {name} is not a string")
             fields[name] = value
