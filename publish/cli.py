@@ -6,10 +6,12 @@ import os
 import sys
 import time
 
-from publish import __version__, layout, roots
+from publish import __version__, layout, redact, roots
 from publish.errors import Failure, PublishError, UsageError
-from publish.flags import FlagSet, HelpRequested
+from publish.flags import FlagSet, HelpRequested, go_quote
 from publish.frameworks import FRAMEWORKS
+from publish.redact import line as guarded
+from publish.redact import quoted, shown
 from publish.stores.base import EXEC
 from publish.verbs import Say
 
@@ -121,7 +123,7 @@ class _Run:
         try:
             return _decimal("epoch")(text)
         except ValueError as e:
-            raise UsageError(f'invalid value "{text}" for DISPATCH_EPOCH: {e}') from None
+            raise UsageError(f"invalid value {go_quote(text)} for DISPATCH_EPOCH: {e}") from None
 
 
 def _expect_args(run: _Run, names: list[str], optional: int = 0) -> None:
@@ -131,13 +133,14 @@ def _expect_args(run: _Run, names: list[str], optional: int = 0) -> None:
     if len(run.args) > len(names):
         extra = run.args[len(names)]
         raise UsageError(
-            f"unexpected argument {extra!r}" + (" (flags go before arguments)" if extra[:1] == "-" else "")
+            f"unexpected argument {quoted(extra)}"
+            + (" (flags go before arguments)" if extra[:1] == "-" else "")
         )
 
 
 def _check_attempt(attempt: str) -> str:
     if not attempt or "/" in attempt or "\0" in attempt or attempt in (".", ".."):
-        raise UsageError(f"attempt {attempt!r} is not one path element")
+        raise UsageError(f"attempt {quoted(attempt)} is not one path element")
     return attempt
 
 
@@ -185,14 +188,14 @@ def _execute(run: _Run, say: Say, stop: Stop | None) -> None:
     if not s3:
         for name in ("creds", "proxy"):
             if fs.is_set(name):
-                raise UsageError(f"-{name} applies only to s3:// roots; {root.text} is a POSIX root")
+                raise UsageError(f"-{name} applies only to s3:// roots; {shown(root.text)} is a POSIX root")
         if verb == "resolve" and fs.value("probe"):
-            raise UsageError(f"-probe applies only to s3:// roots; {root.text} is a POSIX root")
+            raise UsageError(f"-probe applies only to s3:// roots; {shown(root.text)} is a POSIX root")
         if verb == "probe":
-            raise UsageError(f"probe checks an s3:// root; {root.text} is a POSIX root")
+            raise UsageError(f"probe checks an s3:// root; {shown(root.text)} is a POSIX root")
     else:
         if not fs.is_set("creds"):
-            raise UsageError(f"-creds is required for the s3:// root {root.text}")
+            raise UsageError(f"-creds is required for the s3:// root {shown(root.text)}")
         if fs.is_set("proxy"):
             from publish.urls import parse_proxy
 
@@ -200,8 +203,9 @@ def _execute(run: _Run, say: Say, stop: Stop | None) -> None:
             try:
                 parse_proxy(value)
             except ValueError as e:
-                shown = value if "@" not in value else "<a URL with userinfo>"
-                raise UsageError(f'invalid value "{shown}" for flag -proxy: {e}') from None
+                raise UsageError(
+                    f"invalid value {go_quote(redact.url(value))} for flag -proxy: {e}"
+                ) from None
 
     epoch = run.epoch() if verb in ("watch", "publish") else 0
     saves = ""
@@ -220,7 +224,7 @@ def _execute(run: _Run, say: Say, stop: Stop | None) -> None:
         try:
             step = _decimal("STEP")(run.args[1])
         except ValueError as e:
-            raise UsageError(f"invalid STEP {run.args[1]!r}: {e}") from None
+            raise UsageError(f"invalid STEP {quoted(run.args[1])}: {e}") from None
         path = roots.below(root, run.args[0], run.cwd, "SAVE")  # before any credential source is tried
 
     store, source = _open_store(run, root, say, started + timeout, renew=(verb == "watch"))
@@ -284,11 +288,11 @@ def main(
     """
 
     def out(line: str) -> None:
-        stdout.write(line + "\n")
+        stdout.write(guarded(line) + "\n")  # the last guard: no secret, no URL password, one line
         stdout.flush()
 
     def warn(line: str) -> None:
-        stderr.write("publish: " + line + "\n")
+        stderr.write("publish: " + guarded(line) + "\n")
         stderr.flush()
 
     if not argv:
@@ -300,12 +304,12 @@ def main(
         return 0
     if verb == "version":
         if len(argv) > 1:
-            warn(f"unexpected argument {argv[1]!r}")
+            warn(f"unexpected argument {quoted(argv[1])}")
             return 2
         out(f"publish {__version__}")
         return 0
     if verb not in SYNOPSIS:
-        warn(f"unknown verb {verb!r}")
+        warn(f"unknown verb {quoted(verb)}")
         stderr.write(verb_list())
         return 2
 

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 
 class PublishError(Exception):
-    """Base of every error the command reports; ``str()`` is the message after ``publish: ``."""
+    """Base of every error the command reports; ``str()`` is the message after ``publish: ``.
+
+    The message is scrubbed of every registered credential value as the error is made (publish.redact).
+    """
 
     exit_code = 1
+
+    def __init__(self, message: str = "") -> None:
+        from publish.redact import scrub  # imported late: redact uses flags, which uses this module
+
+        super().__init__(scrub(message))
 
 
 class UsageError(PublishError):

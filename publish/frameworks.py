@@ -69,8 +69,9 @@ class Framework:
 
 def _hf_complete(store: Store, path: str, step: int) -> bool:
     from publish import trainer_state
+    from publish.redact import shown
 
-    where = store.location(path + "/trainer_state.json")
+    where = shown(store.location(path + "/trainer_state.json"))
     data = store.read(path + "/trainer_state.json", STATE_LIMIT)
     if data is None:
         return False

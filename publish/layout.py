@@ -7,6 +7,7 @@ relative to the root as RFC 4648 base32 without padding.
 from __future__ import annotations
 
 from publish.errors import Failure
+from publish.redact import quoted
 
 LIMIT = 10**20  #: epochs and steps lie in [0, LIMIT)
 POSIX_NAME_MAX = 255
@@ -74,7 +75,7 @@ def name(epoch: int, step: int, path: str) -> str:
     if not 0 <= epoch < LIMIT or not 0 <= step < LIMIT:
         raise ValueError("epoch and step must lie in [0, 10^20)")
     if not clean_relative(path):
-        raise ValueError(f"not a clean relative path: {path!r}")
+        raise ValueError(f"not a clean relative path: {quoted(path)}")
     import base64
 
     encoded = base64.b32encode(path.encode("utf-8")).decode("ascii").rstrip("=")
@@ -110,7 +111,7 @@ def _decode(encoded: str) -> str:
     except UnicodeDecodeError:
         raise ValueError("path is not UTF-8") from None
     if not clean_relative(path):
-        raise ValueError(f"path {path!r} is not a clean relative path")
+        raise ValueError(f"path {quoted(path)} is not a clean relative path")
     return path
 
 
@@ -121,7 +122,9 @@ def parse_all(names: list[str], where: str) -> list[Entry]:
         try:
             entries.append(parse(entry_name))
         except ValueError as e:
-            raise Failure(f"{where}/{entry_name}: not a publication entry ({e})") from None
+            from publish.redact import shown
+
+            raise Failure(f"{shown(where + '/' + entry_name)}: not a publication entry ({e})") from None
     return entries
 
 

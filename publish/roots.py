@@ -92,7 +92,7 @@ def _bucket_problem(bucket: str) -> str:
         or bucket.startswith(("xn--", "sthree-"))
         or bucket.endswith(("-s3alias", "--ol-s3"))
     ):
-        return f"bucket {bucket!r} is not a valid S3 bucket name"
+        return f"bucket {_quoted(bucket)} is not a valid S3 bucket name"
     return ""
 
 
@@ -106,28 +106,39 @@ def parse_s3(text: str, what: str) -> S3Root:
     if "@" in authority:
         raise Failure(f"{what} {_redact(text)}: userinfo is not allowed in an S3 root")
     if ":" in authority:
-        raise Failure(f"{what} {text}: a port is not allowed in an S3 root (the endpoint comes from -creds)")
+        raise Failure(
+            f"{what} {_shown(text)}: a port is not allowed in an S3 root (the endpoint comes from -creds)"
+        )
     problem = _bucket_problem(authority)
     if problem:
-        raise Failure(f"{what} {text}: {problem}")
+        raise Failure(f"{what} {_shown(text)}: {problem}")
     if prefix.endswith("/"):
         prefix = prefix[:-1]
     if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
-        raise Failure(f"{what} {text}: the prefix has an empty, '.' or '..' element")
+        raise Failure(f"{what} {_shown(text)}: the prefix has an empty, '.' or '..' element")
     if "\0" in prefix:
         raise Failure(f"{what}: the prefix holds a NUL byte")
     return S3Root(authority, prefix)
 
 
+def _shown(text: str) -> str:
+    """A value as a message shows it: quoted (Go's %q) when it holds a control character."""
+    from publish.redact import shown
+
+    return shown(text)
+
+
+def _quoted(text: str) -> str:
+    from publish.redact import quoted
+
+    return quoted(text)
+
+
 def _redact(text: str) -> str:
-    """The URL with any userinfo replaced, so a password never reaches a message."""
-    head, sep, rest = text.partition("://")
-    if not sep:
-        return text
-    authority, slash, tail = rest.partition("/")
-    if "@" in authority:
-        authority = "***@" + authority.rsplit("@", 1)[1]
-    return head + sep + authority + slash + tail
+    """The URL with any userinfo's password replaced, and quoted when it holds a control character."""
+    from publish.redact import shown, url
+
+    return shown(url(text))
 
 
 def parse_root(text: str, cwd: str) -> Root:
@@ -149,13 +160,15 @@ def below(root: Root, text: str, cwd: str, what: str) -> str:
     """The path, relative to ``root``, of a SAVE or SAVES argument; Failure unless it lies strictly below it."""
     if isinstance(root, S3Root):
         if not text.startswith("s3://"):
-            raise Failure(f"{what} {text}: the root is {root.text}, so {what} must be an s3:// URL under it")
+            raise Failure(
+                f"{what} {_shown(text)}: the root is {_shown(root.text)}, so {what} must be an s3:// URL under it"
+            )
         url = parse_s3(text, what)
         if url.bucket != root.bucket:
-            raise Failure(f"{what} {text}: not under the root {root.text}")
+            raise Failure(f"{what} {_shown(text)}: not under the root {_shown(root.text)}")
         rel = url.prefix[len(root.prefix) + 1 :] if root.prefix else url.prefix
         if not rel or (root.prefix and not url.prefix.startswith(root.prefix + "/")):
-            raise Failure(f"{what} {text}: not under the root {root.text}")
+            raise Failure(f"{what} {_shown(text)}: not under the root {_shown(root.text)}")
         return rel
     if scheme(text):
         raise Failure(f"{what} {_redact(text)}: the root is a POSIX path, so {what} must be a path under it")
@@ -164,5 +177,5 @@ def below(root: Root, text: str, cwd: str, what: str) -> str:
     path = clean_posix(text, cwd)
     base = root.path.rstrip("/")
     if not path.startswith(base + "/") or path == base:
-        raise Failure(f"{what} {path}: not under the root {root.path}")
+        raise Failure(f"{what} {_shown(path)}: not under the root {_shown(root.path)}")
     return path[len(base) + 1 :]

@@ -22,7 +22,7 @@ from urllib.parse import unquote_plus
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
-from publish import net, sigv4
+from publish import net, redact, sigv4
 from publish.creds.model import Credentials
 from publish.errors import StoreError
 
@@ -138,7 +138,13 @@ def _listing(what: str, body: bytes) -> tuple[list[str], list[str], bool, str]:
 
 
 def _error_of(status: int, headers: Mapping[str, str], body: bytes) -> tuple[str, str]:
-    """(code, message) from an S3 error document, else from the headers or the status."""
+    """(code, message) from an S3 error document, else from the headers or the status; both scrubbed of
+    credential values (a store or proxy may echo the request's headers)."""
+    code, message = _unscrubbed_error_of(status, headers, body)
+    return redact.shown(redact.scrub(code)), redact.shown(redact.scrub(message))
+
+
+def _unscrubbed_error_of(status: int, headers: Mapping[str, str], body: bytes) -> tuple[str, str]:
     root = _parse_xml(body) if body else None
     if root is not None and _local(root.tag) == "Error":
         return _text(root, "Code"), _text(root, "Message")
@@ -210,7 +216,8 @@ class S3Client:
         return StoreError(f"{what}: timed out{given}")
 
     def where(self, key: str) -> str:
-        return f"s3://{self.bucket}/{key}"
+        """The object's URL as a message shows it (quoted when the key holds a control character)."""
+        return redact.shown(f"s3://{self.bucket}/{key}")
 
     def close(self) -> None:
         self.conn.close()
@@ -524,6 +531,5 @@ class S3Client:
                 if code == "NoSuchKey":
                     continue
                 k = _text(err, "Key")
-                raise StoreError(
-                    f"delete {self.where(k)}: {code}: {_text(err, 'Message')}", code=code, status=200
-                )
+                message = redact.shown(redact.scrub(_text(err, "Message")))
+                raise StoreError(f"delete {self.where(k)}: {code}: {message}", code=code, status=200)

@@ -276,7 +276,7 @@ class Moto(S3Server):
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.server.start()
         host, port = self.server.get_host_and_port()
-        super().__init__("moto", f"http://{host}:{port}", "MOTOKEY000000001", "moto-secret-0001")
+        super().__init__("moto", f"http://{host}:{port}", "MOTOKEYFORTESTS1", "moto-secret-0001")
 
     def stop(self) -> None:
         self.server.stop()

@@ -84,6 +84,8 @@ def test_hf_incomplete_save_is_passed_over_until_complete(root: Path) -> None:
         (b'{"global_step": 41}', "disagrees"),
         (b'{"global_step": "40"}', "not an integer"),
         (b'{"global_step": true}', "not an integer"),
+        pytest.param(b"[" * 100_000 + b"]" * 100_000, "nested too deeply", id="nested-100000-deep"),
+        pytest.param(b'{"global_step": ' + b"9" * 5000 + b"}", "more than 4300 digits", id="5000-digits"),
     ],
 )
 def test_hf_faulty_trainer_state_stops_watch(root: Path, state: bytes, why: str) -> None:

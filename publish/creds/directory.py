@@ -31,7 +31,9 @@ class DirectorySource:
             raise ValueError(kind)
         self.kind = kind
         self.path = path
-        self.text = f"{kind}:{path}"
+        from publish.redact import shown
+
+        self.text = shown(f"{kind}:{path}")  # quoted in messages when the path holds a control character
 
     def fetch(self, env: Mapping[str, str], timeout: float | None) -> Credentials:
         """Read the field files; NotAnswering when the path does not exist."""

@@ -15,6 +15,11 @@ class Credentials:
     endpoint: str = "https://s3.us-east-1.amazonaws.com"
     region: str = "us-east-1"
 
+    def __post_init__(self) -> None:
+        from publish import redact
+
+        redact.register(*self.secrets())  # no message may show one, nor a piece of one
+
     def __str__(self) -> str:
         return f"Credentials(endpoint={self.endpoint}, region={self.region})"
 

@@ -16,9 +16,11 @@ from typing import Protocol
 
 from publish.creds.model import Credentials
 from publish.errors import CredentialsError
+from publish.redact import quoted
 
 FIELDS = ("access_key_id", "secret_access_key", "session_token", "endpoint", "region")
 REQUIRED = ("access_key_id", "secret_access_key")
+SECRET_FIELDS = ("access_key_id", "secret_access_key", "session_token")  # never in a message, nor a piece
 KINDS = ("secret", "file", "vault")
 
 _REGION = re.compile(r"[a-z0-9-]+\Z")
@@ -45,21 +47,26 @@ def parse_sources(spec: str) -> list[Source]:
     """Parse a ``-creds`` list (addendum 4); CredentialsError for anything that does not parse."""
     # Imported here: the kinds import this module for NotAnswering and the field rules.
     from publish.creds.directory import DirectorySource
-    from publish.creds.vault import VaultSource, redact
+    from publish.creds.vault import VaultSource
+    from publish.redact import shown as shown_as
+    from publish.redact import url
 
     if spec == "":
         raise CredentialsError("the -creds list is empty")
     sources: list[Source] = []
     seen: dict[tuple[str, str], str] = {}
     for item in spec.split(","):
-        shown = redact(item)
+        shown = shown_as(url(item))
         if item == "":
-            raise CredentialsError(f"an empty item in the -creds list {redact(spec)!r}")
+            whole = ",".join(url(i) for i in spec.split(","))
+            raise CredentialsError(f"an empty item in the -creds list {quoted(whole)}")
         kind, colon, location = item.partition(":")
         if not colon:
             raise CredentialsError(f"{shown}: not a kind:location source; want secret:, file: or vault:")
         if kind not in KINDS:
-            raise CredentialsError(f"{shown}: unknown source kind {kind!r}; want secret:, file: or vault:")
+            raise CredentialsError(
+                f"{shown}: unknown source kind {quoted(kind)}; want secret:, file: or vault:"
+            )
         source: Source
         if kind == "vault":
             source = VaultSource.parse(location)
@@ -126,9 +133,12 @@ def credentials_from_fields(source: str, fields: Mapping[str, str]) -> Credentia
 
     ``fields`` holds the values as found (a file's one trailing newline already dropped).
     """
+    from publish import redact
+
+    redact.register(*(fields.get(name, "") for name in SECRET_FIELDS))
     for name, value in fields.items():
         if name not in FIELDS:
-            raise CredentialsError(f"{source}: unknown field {name!r}")
+            raise CredentialsError(f"{source}: unknown field {quoted(name)}")
         if value == "":
             raise CredentialsError(f"{source}: {name} is empty")
         if any(c.isspace() for c in value):
@@ -141,7 +151,7 @@ def credentials_from_fields(source: str, fields: Mapping[str, str]) -> Credentia
     region = fields.get("region", "us-east-1")
     if not _REGION.match(region):
         raise CredentialsError(
-            f"{source}: region {region!r} is malformed; want lower-case letters, digits and -"
+            f"{source}: region {quoted(region)} is malformed; want lower-case letters, digits and -"
         )
     if "endpoint" in fields:
         from publish.urls import netloc

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
+from publish import redact as _redact
 from publish.creds.model import Credentials
 from publish.creds.sources import FIELDS, NotAnswering, credentials_from_fields, split_host_port
 from publish.errors import CredentialsError
@@ -35,31 +36,8 @@ REVOKE_TIMEOUT = 5.0  # revoking is best effort: never let it hold the run up fo
 
 
 def redact(text: str) -> str:
-    """``text`` with the password of any URL's userinfo replaced by ``xxxxx``, in the URL itself and in
-    its query values (``proxy=http%3A%2F%2Fu%3Ap%40host`` too)."""
-
-    def one(url: str) -> str:
-        m = re.match(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)@", url)
-        if not m or ":" not in m.group(2):
-            return url
-        user = m.group(2).split(":", 1)[0]
-        return m.group(1) + user + ":xxxxx@" + url[m.end() :]
-
-    head, q, query = text.partition("?")
-    head = one(head[len("vault:") :]) if head.startswith("vault:") else one(head)
-    head = ("vault:" + head) if text.startswith("vault:") else head
-    if not q:
-        return head
-    parts = []
-    for part in re.split(r"([&;#])", query):
-        key, eq, value = part.partition("=")
-        if eq:
-            decoded = unquote(value)
-            shown = one(decoded)
-            if shown != decoded:
-                value = quote(shown, safe="") if "%" in value else shown
-        parts.append(key + eq + value)
-    return head + q + "".join(parts)
+    """``text`` with the password of any URL's userinfo replaced (``publish.redact.url``)."""
+    return _redact.url(text)
 
 
 @dataclass(frozen=True)
@@ -138,7 +116,9 @@ def parse_location(location: str) -> Location:
         if key == "":
             raise ValueError("the query has an empty key")
         if key not in KEYS:
-            raise ValueError(f"unknown key {key!r} in the query; the keys are {', '.join(KEYS)}")
+            raise ValueError(
+                f"unknown key {_redact.quoted(key)} in the query; the keys are {', '.join(KEYS)}"
+            )
         value = _unescape(raw_value, f"the value of {key}", plus=True)
         if not eq or value == "":
             raise ValueError(f"the key {key} has no value")
@@ -151,7 +131,7 @@ def parse_location(location: str) -> Location:
     if auth is None:
         raise ValueError("the query has no auth=; want auth=kubernetes or auth=approle")
     if auth not in ("kubernetes", "approle"):
-        raise ValueError(f"auth={auth!r} is not kubernetes or approle")
+        raise ValueError(f"auth={_redact.quoted(auth)} is not kubernetes or approle")
     for key, method in _ONLY_FOR.items():
         if key in values and method != auth:
             raise ValueError(f"the key {key} is not for auth={auth}")
@@ -286,7 +266,7 @@ class VaultSource:
     @classmethod
     def parse(cls, location: str) -> VaultSource:
         """Parse what follows ``vault:``; CredentialsError naming the source when it is malformed."""
-        text = redact("vault:" + location)
+        text = _redact.shown(redact("vault:" + location))
         try:
             return cls(parse_location(location), text)
         except ValueError as e:
@@ -298,9 +278,9 @@ class VaultSource:
         try:
             return self._fetch(env, timeout, secrets)
         except CredentialsError as e:
-            raise CredentialsError(_scrub(str(e)[len("credentials: ") :], secrets)) from None
+            raise CredentialsError(_redact.scrub(str(e)[len("credentials: ") :])) from None
         except NotAnswering as e:
-            raise NotAnswering(_scrub(str(e), secrets)) from None
+            raise NotAnswering(_redact.scrub(str(e))) from None
 
     def _refuse(self, why: str) -> CredentialsError:
         return CredentialsError(f"{self.text}: {why}")
@@ -349,6 +329,7 @@ class VaultSource:
             except (ValueError, KeyError, TypeError):
                 raise self._refuse(f"login to auth/{loc.authmount}: the answer holds no token") from None
             secrets.append(token)
+            _redact.register(token)
             try:
                 return self._read(conn, dict(headers, **{"X-Vault-Token": token}), left())
             finally:
@@ -394,6 +375,7 @@ class VaultSource:
         text = text[:-1] if text.endswith("\n") else text
         if text:
             secrets.append(text)
+            _redact.register(text)
         if text == "" or any(c.isspace() for c in text) or not text.isprintable():
             raise self._refuse(f"{path} is empty or holds whitespace")
         return text
@@ -441,7 +423,9 @@ class VaultSource:
         fields: dict[str, str] = {}
         for name, value in data.items():
             if name not in FIELDS:
-                raise self._refuse(f"{shown}: unknown field {name!r}; the fields are {', '.join(FIELDS)}")
+                raise self._refuse(
+                    f"{shown}: unknown field {_redact.quoted(name)}; the fields are {', '.join(FIELDS)}"
+                )
             if not isinstance(value, str):
                 raise self._refuse(f"{shown}: field {name} is not a string")
             fields[name] = value
@@ -467,14 +451,8 @@ def _denied(resp: Any) -> str:
     try:
         errors = json.loads(resp.body).get("errors")
         if isinstance(errors, list) and errors:
-            detail = ": " + "; ".join(str(e) for e in errors)[:300]
+            # Scrubbed before they are joined and cut, so no cut leaves a piece of a secret behind.
+            detail = ": " + _redact.scrub("; ".join(_redact.scrub(str(e)) for e in errors))[:300]
     except (ValueError, AttributeError):
         pass
     return f"{what} (HTTP {resp.status}){detail}"
-
-
-def _scrub(message: str, secrets: list[str]) -> str:
-    for s in secrets:
-        if len(s) >= 4:
-            message = message.replace(s, "xxxxx")
-    return message

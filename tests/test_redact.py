@@ -1,0 +1,163 @@
+"""publish.redact: URL userinfo however malformed, every long-enough piece of a secret, Go's %q for controls."""
+
+from __future__ import annotations
+
+import random
+import string
+
+import pytest
+
+from publish import redact
+from tests.conftest import remember_secret
+
+SECRET = "Zq7/RedactTestSecretValue+9xKp2mWv4LnB"  # registered by the tests below
+remember_secret(SECRET)
+
+
+@pytest.fixture(autouse=True)
+def registered() -> None:
+    redact.register(SECRET)
+
+
+# ------------------------------------------------------------------------------------------------ url
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("https://u:pw@h/x", "https://u:xxxxx@h/x"),
+        ("https://TOKEN@host/x", "https://xxxxx@host/x"),  # a lone token is a secret too
+        ("https://TOKEN@host", "https://xxxxx@host"),
+        ("vault:https://u:pw@h/s?auth=approle", "vault:https://u:xxxxx@h/s?auth=approle"),
+        ("vault:https:/u:pw@h/s?auth=approle", "vault:https:/u:xxxxx@h/s?auth=approle"),  # one slash
+        ("vault:https:u:pw@h/s", "vault:https:u:xxxxx@h/s"),  # no slash
+        ("vault:u:pw@h/s", "vault:u:xxxxx@h/s"),  # no scheme at all
+        ("vault:https:///u:pw@h/s", "vault:https:///u:xxxxx@h/s"),  # three slashes
+        ("https:\\\\u:pw@h\\s", "https:\\\\u:xxxxx@h\\s"),  # backslashes
+        ("HTTPS://u:pw@h", "HTTPS://u:xxxxx@h"),
+        ("http://u:p:w:x@h:80/", "http://u:xxxxx@h:80/"),  # extra colons
+        ("http://u:p@w@h/", "http://u:xxxxx@h/"),  # @ in the password: the last @ counts
+        ("http://u@x:p@w@h/", "http://u@x:xxxxx@h/"),  # the user name ends at the first colon
+        ("http://u:p?w#x@h/s?a=b", "http://u:xxxxx@h/s?a=b"),  # ? and # inside the password
+        ("https://u%3Apw@h", "https://xxxxx@h"),  # an escaped colon: all of it may be the password
+        ("https://u:p%40w@h", "https://u:xxxxx@h"),
+        ("https://:pw@h", "https://:xxxxx@h"),
+        ("https://@h", "https://xxxxx@h"),
+        ("s3://bucket/a@b/c", "s3://bucket/a@b/c"),  # @ in the path is no userinfo
+        ("https://h/s?x=a@b", "https://h/s?x=a@b"),
+        ("/posix/a@b", "/posix/a@b"),  # not a URL
+        ("plain", "plain"),
+        (
+            "vault:https://v/s?auth=kubernetes&proxy=http%3A%2F%2Fu%3Apw%40p%3A3128",
+            "vault:https://v/s?auth=kubernetes&proxy=http%3A%2F%2Fu%3Axxxxx%40p%3A3128",
+        ),
+        (
+            "vault:https://v/s?proxy=http://u:pw@p:3128&a=b",
+            "vault:https://v/s?proxy=http://u:xxxxx@p:3128&a=b",
+        ),
+        ("vault:https://v/s?proxy=http:/u:pw@p:3128", "vault:https://v/s?proxy=http:/u:xxxxx@p:3128"),
+        ("vault:https://v/s?proxy=http%3Au%3Apw%40p", "vault:https://v/s?proxy=http%3Au%3Axxxxx%40p"),
+    ],
+)
+def test_url(text: str, want: str) -> None:
+    assert redact.url(text) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("proxy http://u:pw@p:3128 refused", "proxy http://u:xxxxx@p:3128 refused"),
+        ("a https://TOKEN@h/x and s3://b/k@x", "a https://xxxxx@h/x and s3://b/k@x"),
+        ("no url a@b", "no url a@b"),
+    ],
+)
+def test_urls_in_free_text(text: str, want: str) -> None:
+    assert redact.urls_in(text) == want
+
+
+# ------------------------------------------------------------------------------------------------ scrub
+
+
+def test_whole_secret() -> None:
+    assert redact.scrub(f"the key {SECRET} was refused") == "the key [redacted] was refused"
+
+
+@pytest.mark.parametrize("size", [8, 9, 13, 20, len(SECRET) - 1])
+def test_every_fragment_of_eight_or_more(size: int) -> None:
+    for start in range(len(SECRET) - size + 1):
+        piece = SECRET[start : start + size]
+        out = redact.scrub(f"<{piece}>")
+        assert out == "<[redacted]>", (piece, out)
+
+
+def test_a_piece_of_seven_stays() -> None:
+    assert redact.scrub(f"<{SECRET[:7]}>") == f"<{SECRET[:7]}>"
+
+
+def test_two_pieces_in_one_message_and_text_between_kept() -> None:
+    msg = f"a {SECRET[:10]} b {SECRET[20:31]} c"
+    assert redact.scrub(msg) == "a [redacted] b [redacted] c"
+
+
+def test_adjacent_pieces_are_one_span() -> None:
+    assert redact.scrub(SECRET[5:15] + SECRET[1:12]) == "[redacted]"
+
+
+def test_short_secret_replaced_whole() -> None:
+    redact.register("s3kr")
+    assert redact.scrub("x s3kr y") == "x [redacted] y"
+
+
+def test_random_messages_never_keep_a_piece() -> None:
+    rng = random.Random(3)
+    secrets = [
+        "".join(rng.choice(string.ascii_letters + string.digits + "/+=") for _ in range(40)) for _ in range(5)
+    ]
+    redact.register(*secrets)
+    remember_secret(*secrets)
+    for _ in range(300):
+        parts = []
+        for _ in range(rng.randrange(1, 6)):
+            s = rng.choice(secrets)
+            a = rng.randrange(len(s) - 8)
+            parts.append(s[a : rng.randrange(a + 8, len(s) + 1)])
+            parts.append("".join(rng.choice(" ;:,<>") for _ in range(rng.randrange(0, 3))))
+        out = redact.scrub("".join(parts))
+        for s in secrets:
+            for i in range(len(s) - 7):
+                assert s[i : i + 8] not in out
+
+
+def test_scrub_is_linear() -> None:
+    """A long message with many near-misses takes one pass (no timing: counts the work via a big input)."""
+    text = (SECRET[:7] + "#") * 100_000
+    assert redact.scrub(text) == text
+
+
+# ------------------------------------------------------------------------------------------------ shown
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        ("plain", "plain"),
+        ("caf\u00e9 \u4e2d", "caf\u00e9 \u4e2d"),
+        ('with "quotes" and \\', 'with "quotes" and \\'),  # no control character: as it is
+        ("a\nb", '"a\\nb"'),
+        ("a\rb\tc", '"a\\rb\\tc"'),
+        ("\x1b[31mred", '"\\x1b[31mred"'),
+        ("\x7f", '"\\x7f"'),
+        ("\x85", '"\\u0085"'),
+        ("a\u2028b", '"a\\u2028b"'),
+        ('q"\n', '"q\\"\\n"'),
+        ("\a\b\f\v\x00", '"\\a\\b\\f\\v\\x00"'),
+    ],
+)
+def test_shown(value: str, want: str) -> None:
+    assert redact.shown(value) == want
+
+
+def test_line_is_one_line_and_scrubbed() -> None:
+    out = redact.line(f"entry x\nforged publish: ok https://u:pw@h/ {SECRET}")
+    assert "\n" not in out
+    assert out == "entry x\\nforged publish: ok https://u:xxxxx@h/ [redacted]"
