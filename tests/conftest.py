@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -169,6 +169,19 @@ class Watch:
             self.seen.append(self.lines.get())
         record_output("watch", "\n".join(self.seen), err)
         return code, err
+
+
+@pytest.fixture(autouse=True)
+def _fresh_secrets() -> Iterator[None]:
+    """Each test starts with no credential registered for scrubbing, as each run of the command does: the
+    registry lives as long as the process, and an earlier test's short secret must not blank later messages."""
+    from publish import redact
+
+    saved = (set(redact._secrets), set(redact._windows), set(redact._short))
+    yield
+    for live, kept in zip((redact._secrets, redact._windows, redact._short), saved):
+        live.clear()
+        live.update(kept)
 
 
 @pytest.fixture

@@ -268,6 +268,8 @@ def test_prune_deletes_no_object_of_a_folder_whose_listing_holds_a_key_outside_i
     def reply(h: Handler, req: Request) -> None:
         if req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/pub/":
             h.answer(200, listing([f"{PREFIX}/pub/{entry(1)}", f"{PREFIX}/pub/{entry(2)}"]))
+        elif req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/tomb/":
+            h.answer(200, listing([]))  # no prune was interrupted here
         elif req.kind == "LIST":  # the old folder's listing strays into its sibling
             h.answer(200, listing([f"{PREFIX}/exec/A/checkpoint-1/w", f"{PREFIX}/exec/A/checkpoint-2/w"]))
         else:
