@@ -52,6 +52,8 @@ class _Record:
 
     __slots__ = ("args", "state", "__weakref__")
     origin: tuple[str, str] = ("", "")
+    args: tuple[object, ...]
+    state: object
 
     def __new__(cls, *args: object, **kwargs: object) -> _Record:
         record = object.__new__(cls)
@@ -65,7 +67,7 @@ class _Record:
     def __setstate__(self, state: object) -> None:
         self.state = state
 
-    def __reduce__(self) -> object:  # never pickled again
+    def __reduce__(self) -> str:  # never pickled again
         raise TypeError("an inert record is not picklable")
 
 
