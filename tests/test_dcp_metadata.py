@@ -13,6 +13,7 @@ import pytest
 from publish.dcp_metadata import Incomplete, storage_ends
 from publish.errors import Failure
 from tests.conftest import REPO, need
+from tests.dcp_shapes import metadata
 
 
 def _torch() -> bool:
@@ -116,48 +117,8 @@ def test_a_persistent_id_is_a_fault() -> None:
         storage_ends(buf.getvalue(), "m")
 
 
-def _metadata(storage: object, **extra: object) -> bytes:
-    """A pickle shaped as DCP writes one (NEWOBJ of Metadata, then BUILD with its field dict), by hand."""
-    mod = "torch.distributed.checkpoint.metadata"
-    fs = "torch.distributed.checkpoint.filesystem"
-
-    class Fake:
-        def __init__(self, module: str, name: str, state: object) -> None:
-            self.m, self.n, self.s = module, name, state
-
-    def dump(obj: object) -> bytes:
-        # protocol 2 by hand: GLOBAL, EMPTY_TUPLE, NEWOBJ, state, BUILD
-        out = bytearray(b"\x80\x02")
-
-        def emit(o: object) -> None:
-            if isinstance(o, Fake):
-                out.extend(f"c{o.m}\n{o.n}\n".encode())
-                out.extend(b")\x81")
-                emit(o.s)
-                out.extend(b"b")
-            elif isinstance(o, dict):
-                out.extend(b"}(")
-                for k, v in o.items():
-                    emit(k)
-                    emit(v)
-                out.extend(b"u")
-            else:
-                out.extend(pickle.dumps(o, protocol=2)[2:-1])
-
-        emit(obj)
-        out.extend(b".")
-        return bytes(out)
-
-    infos = (
-        {Fake(mod, "MetadataIndex", {"fqn": k}): Fake(fs, "_StorageInfo", v) for k, v in storage.items()}
-        if isinstance(storage, dict)
-        else storage
-    )
-    return dump(Fake(mod, "Metadata", {"state_dict_metadata": {}, "storage_data": infos, **extra}))
-
-
 def test_storage_ends_take_the_greatest_end_per_file() -> None:
-    data = _metadata(
+    data = metadata(
         {
             "a": {"relative_path": "__0_0.distcp", "offset": 0, "length": 10},
             "b": {"relative_path": "__0_0.distcp", "offset": 10, "length": 5},
@@ -183,11 +144,11 @@ def test_storage_ends_take_the_greatest_end_per_file() -> None:
 )
 def test_storage_that_cannot_be_checked_is_a_fault(storage: object, why: str) -> None:
     with pytest.raises(Failure, match=why):
-        storage_ends(_metadata(storage), "m")
+        storage_ends(metadata(storage), "m")
 
 
 def test_data_after_the_pickle_is_a_fault() -> None:
-    data = _metadata({"a": {"relative_path": "f", "offset": 0, "length": 1}})
+    data = metadata({"a": {"relative_path": "f", "offset": 0, "length": 1}})
     assert storage_ends(data, "m") == {"f": 1}
     with pytest.raises(Failure, match="1 bytes after its pickle ends"):
         storage_ends(data + b"x", "m")
