@@ -148,7 +148,8 @@ class Store(Protocol):
 
     def sizes(self, path: str) -> dict[str, int]:
         """Every regular file (object) below the folder ``path``, by its path relative to it, and its size in
-        bytes.  POSIX: a walk that never follows a link.  S3: one LIST of ``path/`` (pages of 1,000)."""
+        bytes.  POSIX: a walk that never follows a link; a link, a FIFO or any other file that is not regular is
+        refused, naming it.  S3: one LIST of ``path/`` (pages of 1,000)."""
         ...
 
     def size(self, path: str) -> int | None:

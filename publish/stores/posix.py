@@ -511,8 +511,12 @@ class PosixStore:
                             name = f"{below}/{e.name}" if below else e.name
                             if e.is_dir(follow_symlinks=False):
                                 pending.append(name)
-                            elif e.is_file(follow_symlinks=False):
-                                found[name] = e.stat(follow_symlinks=False).st_size
+                                continue
+                            st = e.stat(follow_symlinks=False)
+                            if not stat.S_ISREG(st.st_mode):  # a FIFO, a link: never read, never followed
+                                where = self._full(f"{path}/{name}")
+                                raise Failure(f"{where} is {kind(st.st_mode)}, not a regular file")
+                            found[name] = st.st_size
                 finally:
                     os.close(fd)
         except OSError as e:
