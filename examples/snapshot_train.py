@@ -48,7 +48,7 @@ def restore(payload: dict[str, Any], model: torch.nn.Module, optimizer: torch.op
 
 
 def train(
-    saves: str, steps: int, resume: str | None = None, keep_last: int = 2
+    saves: str, steps: int, resume: str | None = None, keep_last: int | None = None
 ) -> tuple[list[tuple[int, float, float]], torch.nn.Module, torch.optim.Optimizer]:
     """Train up to ``steps``, saving after every step; returns (step, loss, first random draw) per step."""
     model, optimizer = build()
@@ -76,7 +76,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("saves", help="directory for the snapshots, e.g. $CHECKPOINT/exec/$DISPATCH_ATTEMPT")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--resume", help="a snapshot directory to resume from (what publish resolve printed)")
-    parser.add_argument("--keep-last", type=int, default=2)
+    parser.add_argument(
+        "--keep-last",
+        type=int,
+        default=None,
+        help="retention by the library (default: none, publish prune rotates)",
+    )
     args = parser.parse_args(argv)
     train(args.saves, args.steps, args.resume or None, args.keep_last)
     return 0

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 _ROOT_FLAGS = "-checkpoint ROOT [-creds LIST [-proxy URL]] [-timeout 5m]"
 SYNOPSIS = {
     "resolve": f"publish resolve {_ROOT_FLAGS} [-probe]",
-    "watch": f"publish watch {_ROOT_FLAGS} -framework hf|dcp|snapshot [-interval 10s] [-epoch N] [-attempt A] [SAVES]",
+    "watch": f"publish watch {_ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-epoch N] [-attempt A] [SAVES]",
     "publish": f"publish publish {_ROOT_FLAGS} [-epoch N] SAVE STEP",
     "prune": f"publish prune {_ROOT_FLAGS} [-keep 3]",
     "probe": "publish probe -checkpoint s3://BUCKET/PREFIX -creds LIST [-proxy URL] [-timeout 5m]",
@@ -83,7 +83,13 @@ def _flags(verb: str) -> FlagSet:
     if verb == "resolve":
         fs.boolean("probe", False, "S3 only: run the probe checks first")
     if verb == "watch":
-        fs.custom("framework", None, "which saves to publish: hf, dcp or snapshot", _framework, "name")
+        fs.custom(
+            "framework",
+            None,
+            "which saves to publish: hf, dcp, snapshot, lightning or deepspeed",
+            _framework,
+            "name",
+        )
         fs.duration("interval", 10.0, "time between scans")
         fs.string("attempt", "", "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)")
     if verb in ("watch", "publish"):
@@ -211,7 +217,7 @@ def _execute(run: _Run, say: Say, stop: Stop | None) -> None:
     saves = ""
     if verb == "watch":
         if fs.value("framework") is None:
-            raise UsageError("-framework is required: hf, dcp or snapshot")
+            raise UsageError("-framework is required: hf, dcp, snapshot, lightning or deepspeed")
         if run.args:
             saves = roots.below(root, run.args[0], run.cwd, "SAVES")
         else:

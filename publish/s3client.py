@@ -60,6 +60,8 @@ class Listing:
 
     keys: list[str] = field(default_factory=list)
     prefixes: list[str] = field(default_factory=list)
+    #: The size of each key, in the order of ``keys`` (-1 where the store sent none).
+    sizes: list[int] = field(default_factory=list)
     #: True when the store had more to list than the pages asked for.
     truncated: bool = False
 
@@ -102,8 +104,8 @@ def _too_large(op: str, e: net.TooLarge) -> str:
     return f"the {kind} is {size}, over the limit of {e.limit} bytes"
 
 
-def _listing(what: str, body: bytes) -> tuple[list[str], list[str], bool, str]:
-    """(keys, common prefixes, truncated, next token) of one ListObjectsV2 page, decoded."""
+def _listing(what: str, body: bytes) -> tuple[list[str], list[str], list[int], bool, str]:
+    """(keys, common prefixes, sizes of the keys, truncated, next token) of one ListObjectsV2 page, decoded."""
     root = _parse_xml(body)
     if root is None or _local(root.tag) != "ListBucketResult":
         raise StoreError(f"{what}: the store sent an answer that is not a listing")
@@ -129,9 +131,14 @@ def _listing(what: str, body: bytes) -> tuple[list[str], list[str], bool, str]:
             found.append(dec(value))
         return found
 
+    def size(elem: ElementTree.Element) -> int:
+        text = _text(elem, "Size")
+        return int(text) if text.isascii() and text.isdigit() and len(text) < 20 else -1
+
     return (
         each("Contents", "Key"),
         each("CommonPrefixes", "Prefix"),
+        [size(elem) for elem in _children(root, "Contents")],
         truncated == "true",
         _text(root, "NextContinuationToken"),
     )
@@ -381,7 +388,7 @@ class S3Client:
                 if token:
                     query.append(("continuation-token", token))
                 a = self._idempotent("list", prefix, None, "GET", query, limit=LIST_LIMIT)
-                keys, prefixes, truncated, token = _listing(what, a.body)
+                keys, prefixes, sizes, truncated, token = _listing(what, a.body)
                 for k in keys:
                     if not k.startswith(prefix):
                         raise StoreError(f"{what}: the store returned {k}, outside the prefix")
@@ -395,6 +402,7 @@ class S3Client:
                         )
                 out.keys += keys
                 out.prefixes += prefixes
+                out.sizes += sizes
                 page += 1
                 if not truncated:
                     return out
@@ -420,6 +428,25 @@ class S3Client:
                 return None
             raise self._fail("get", key, a)
         return a.body
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes | None:
+        """Up to ``length`` bytes of the object from ``offset`` (a ranged GET; fewer at its end, none past
+        it), or None when there is no object.  A store that ignores Range sends the whole object, which is
+        then read under the GET cap and cut here."""
+        if length <= 0:
+            return b""
+        headers = {"range": f"bytes={offset}-{offset + length - 1}"}
+        with self._lock:
+            a = self._idempotent("get", key, key, "GET", headers=headers, limit=GET_LIMIT, ok=(404, 416))
+        if a.status == 404:
+            if a.code in ("NoSuchKey", "NotFound"):
+                return None
+            raise self._fail("get", key, a)
+        if a.status == 416:  # InvalidRange: the offset lies past the end
+            return b""
+        if a.status == 206:
+            return a.body[:length]
+        return a.body[offset : offset + length]
 
     def head(self, key: str) -> dict[str, str] | None:
         """The object's headers, or None when there is none."""

@@ -142,3 +142,37 @@ class StoreContract:
         names = {layout.tomb_name(f"exec/A/checkpoint-{i}") for i in range(25)}
         store.create_tombs(sorted(names))
         assert sorted(store.list_tombs()) == sorted(names)
+
+    # -- what the frameworks read of a save
+
+    def test_list_files_names_the_files_directly_in_a_folder(self, store: Store, make_file: MakeFile) -> None:
+        make_file("exec/A/epoch=0-step=2.ckpt", b"zz")
+        make_file("exec/A/last.ckpt", b"z")
+        make_file("exec/A/checkpoint-1/model.bin", b"w")
+        assert sorted(store.list_files("exec/A")) == ["epoch=0-step=2.ckpt", "last.ckpt"]
+        assert store.list_files("exec/B") == []
+
+    def test_sizes_of_every_file_below_a_folder(self, store: Store, make_file: MakeFile) -> None:
+        make_file("exec/A/step-1/.metadata", b"m" * 7)
+        make_file("exec/A/step-1/__0_0.distcp", b"d" * 100)
+        make_file("exec/A/step-1/sub/x", b"")
+        make_file("exec/A/step-10/__0_0.distcp", b"other")
+        assert store.sizes("exec/A/step-1") == {".metadata": 7, "__0_0.distcp": 100, "sub/x": 0}
+        assert store.sizes("exec/A/step-2") == {}
+
+    def test_size_and_read_range_of_one_file(self, store: Store, make_file: MakeFile) -> None:
+        data = bytes(range(256)) * 40
+        make_file("exec/A/s.ckpt", data)
+        assert store.size("exec/A/s.ckpt") == len(data)
+        assert store.size("exec/A/none.ckpt") is None
+        assert store.read_range("exec/A/s.ckpt", 0, 10) == data[:10]
+        assert store.read_range("exec/A/s.ckpt", len(data) - 22, 22) == data[-22:]
+        assert store.read_range("exec/A/s.ckpt", len(data) - 5, 50) == data[-5:]  # fewer at the end
+        assert store.read_range("exec/A/s.ckpt", len(data), 10) == b""  # none past it
+        assert store.read_range("exec/A/none.ckpt", 0, 10) is None
+
+    def test_remove_folder_removes_a_save_that_is_one_file(self, store: Store, make_file: MakeFile) -> None:
+        make_file("exec/A/epoch=0-step=2.ckpt", b"zz")
+        make_file("exec/A/epoch=0-step=2.ckpt.keep", b"z")
+        assert store.remove_folder("exec/A/epoch=0-step=2.ckpt").removed
+        assert store.list_files("exec/A") == ["epoch=0-step=2.ckpt.keep"]

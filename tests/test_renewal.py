@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from publish import layout
+from tests import dcp_shapes
 from tests.conftest import Watch, remember_secret, run_cli
 from tests.servers import FaultProxy, Respond, Weed
 from tests.test_cli_s3 import client
@@ -50,7 +51,11 @@ class Setup:
 
     def save(self, step: int) -> str:
         folder = f"exec/A/step-{step}"
-        self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{folder}/.metadata", Body=b"")
+        shard = {"__0_0.distcp": 16}
+        self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{folder}/__0_0.distcp", Body=b"x" * 16)
+        self.s3.put_object(
+            Bucket=self.bucket, Key=f"{self.prefix}/{folder}/.metadata", Body=dcp_shapes.metadata_for(shard)
+        )
         return folder
 
     def watch(self) -> Watch:

@@ -320,6 +320,15 @@ def test_keep_last(tmp_path: Path) -> None:
     assert steps(snapshots.list_valid(tmp_path)) == [8, 7, 6]
 
 
+def test_keep_last_none_removes_nothing(tmp_path: Path) -> None:
+    """For a root that watch publishes and publish prune rotates: the library deletes no snapshot."""
+    for step in range(1, 6):
+        snapshots.save_checkpoint(tmp_path, payload_for(step), keep_last=None)
+    assert steps(snapshots.list_valid(tmp_path)) == [5, 4, 3, 2, 1]
+    snapshots.save_checkpoint(tmp_path, payload_for(6))  # the default rotates again
+    assert steps(snapshots.list_valid(tmp_path)) == [6, 5]
+
+
 def test_an_out_of_order_save_is_kept_beside_the_newest(tmp_path: Path) -> None:
     for step in (10, 20):
         snapshots.save_checkpoint(tmp_path, payload_for(step))

@@ -20,6 +20,7 @@ from publish.frameworks import FRAMEWORKS
 from publish.stores.posix import PosixStore
 from publish.verbs import Say
 from publish.verbs.watch import watch
+from tests import dcp_shapes
 from tests.conftest import Watch, run_cli
 from tests.test_trainer_state import real_state
 
@@ -102,14 +103,14 @@ def test_dcp_publishes_when_metadata_appears(root: Path) -> None:
     saves = root / "exec" / "7"
     for name in ("step-100", "iter_0000200", "300", "logs", "latest", "step-x"):
         (saves / name).mkdir(parents=True)
-    (saves / "step-100" / ".metadata").write_bytes(b"m")
+    dcp_shapes.write_save(saves / "step-100")
     w = Watch(
         "-checkpoint", str(root), "-framework", "dcp", "-interval", "100ms", env={"DISPATCH_ATTEMPT": "7"}
     )
     assert w.next_line() == published(root, 100, "exec/7/step-100")
     assert w.quiet_for(0.4)
-    (saves / "iter_0000200" / ".metadata").write_bytes(b"m")
-    (saves / "300" / ".metadata").write_bytes(b"m")
+    dcp_shapes.write_save(saves / "iter_0000200")
+    dcp_shapes.write_save(saves / "300")
     assert w.next_line() == published(root, 200, "exec/7/iter_0000200")
     assert w.next_line() == published(root, 300, "exec/7/300")
     assert w.stop()[0] == 0
@@ -165,8 +166,7 @@ def test_sigterm_runs_a_last_scan(root: Path) -> None:
 def test_sigint_runs_a_last_scan(root: Path) -> None:
     w = Watch("-checkpoint", str(root), "-framework", "dcp", "-interval", "1h", "-attempt", "A")
     started(w)
-    (root / "exec" / "A" / "step-1").mkdir(parents=True)
-    (root / "exec" / "A" / "step-1" / ".metadata").write_bytes(b"")
+    dcp_shapes.write_save(root / "exec" / "A" / "step-1")
     code, err = w.stop(signal.SIGINT)
     assert (code, err) == (0, "")
     assert w.seen == [published(root, 1, "exec/A/step-1")]

@@ -219,8 +219,8 @@ def _check_args(payload: Any, keep_last: Any) -> int:
     step = payload["step"]
     if not valid_step(step):
         raise ValueError(f"step {step!r} is not an int in [0, 10^12)")
-    if not is_int(keep_last) or keep_last < 2:
-        raise ValueError(f"keep_last {keep_last!r} is not an int >= 2")
+    if keep_last is not None and (not is_int(keep_last) or keep_last < 2):
+        raise ValueError(f"keep_last {keep_last!r} is not None or an int >= 2")
     return int(step)
 
 
@@ -239,18 +239,21 @@ def _invalidate(directory: str) -> None:
         log.warning("could not fsync %s: %s", directory, _reason(e))
 
 
-def save_checkpoint(root: PathLike, payload: dict[str, Any], keep_last: int = 2) -> Path:
+def save_checkpoint(root: PathLike, payload: dict[str, Any], keep_last: int | None = 2) -> Path:
     """Write ``payload`` (a dict with an int ``step``) as a new snapshot in ``root``, verify it, prune.
 
     Any failure before the new snapshot verified leaves it without READY and is raised.  Retention keeps
     the newest ``keep_last`` valid snapshots and the new one; its failures are logged warnings.
+    ``keep_last=None`` removes nothing: for a root that ``publish watch`` publishes and ``publish prune``
+    rotates, where the library must not delete a snapshot that an entry names.
     """
     step = _check_args(payload, keep_last)
     _payload.torch()
     path, exists = _fs.check_root(root)
     if not exists:
         _fs.make_root(path)
-    _drop_cache_of_superseded(path, keep_last)
+    if keep_last is not None:
+        _drop_cache_of_superseded(path, keep_last)
     ident = uuid.uuid4().hex
     name = dir_name(step, ident)
     directory = os.path.join(path, name)
@@ -267,7 +270,8 @@ def save_checkpoint(root: PathLike, payload: dict[str, Any], keep_last: int = 2)
     except BaseException:
         _invalidate(directory)
         raise
-    _retain(path, new, keep_last)
+    if keep_last is not None:
+        _retain(path, new, keep_last)
     return Path(directory)
 
 

@@ -139,3 +139,24 @@ class Store(Protocol):
         """Remove ``tomb/<name>`` for each name, durable (tomb/ fsynced) before returning; a missing one is
         fine.  S3: one DELETE each."""
         ...
+
+    def list_files(self, path: str) -> list[str]:
+        """Names of the regular files (objects) directly in ``path``; a missing ``path`` has none.
+
+        POSIX: regular files, not links.  S3: the keys of a LIST of ``path/`` delimited by ``/``."""
+        ...
+
+    def sizes(self, path: str) -> dict[str, int]:
+        """Every regular file (object) below the folder ``path``, by its path relative to it, and its size in
+        bytes.  POSIX: a walk that never follows a link; a link, a FIFO or any other file that is not regular is
+        refused, naming it.  S3: one LIST of ``path/`` (pages of 1,000)."""
+        ...
+
+    def size(self, path: str) -> int | None:
+        """The size of the regular file (object) at ``path``, or None when there is none."""
+        ...
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes | None:
+        """Up to ``length`` bytes of the file at ``path`` from ``offset`` (fewer at its end), or None when
+        there is no such regular file.  POSIX opens it with O_NOFOLLOW|O_NONBLOCK.  S3: a ranged GET."""
+        ...

@@ -35,6 +35,8 @@ _KINDS = {
     stat.S_IFCHR: "a character device",
     stat.S_IFBLK: "a block device",
 }
+#: The most one read_range returns (a zip central directory of a torch archive is far smaller).
+RANGE_LIMIT = 64 * 1024 * 1024
 
 
 def fsync_dir(path: str) -> None:
@@ -457,5 +459,108 @@ class PosixStore:
                 except OSError as e:
                     raise Failure(f"{self._full(TOMB)}/{name}: {_why(e)}") from None
             fsops.fsync_fd(fd)
+        finally:
+            os.close(fd)
+
+    # -- what the frameworks read of a save: its files' sizes, and ranges of one file
+
+    def _dir(self, path: str) -> int | None:
+        """A descriptor of the directory at ``path`` (found as list_folders finds it); None when missing."""
+        root_fd = self._open_root()
+        try:
+            return self._open_dir(root_fd, path) if path else os.dup(root_fd)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            raise Failure(f"{self._full(path)}: {_why(e)}") from None
+        finally:
+            os.close(root_fd)
+
+    def list_files(self, path: str) -> list[str]:
+        fd = self._dir(path)
+        if fd is None:
+            return []
+        try:
+            with os.scandir(fd) as it:
+                return [e.name for e in it if e.is_file(follow_symlinks=False)]
+        except OSError as e:
+            raise Failure(f"{self._full(path)}: {_why(e)}") from None
+        finally:
+            os.close(fd)
+
+    def sizes(self, path: str) -> dict[str, int]:
+        top = self._dir(path)
+        if top is None:
+            return {}
+        found: dict[str, int] = {}
+        pending = [""]
+        try:
+            while pending:  # a loop, not recursion, and one descriptor at a time: a deep tree is fine
+                below = pending.pop()
+                try:
+                    fd = os.open(below, fsops.DIR_FLAGS, dir_fd=top) if below else os.dup(top)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # gone while we looked: not part of the save
+                except OSError as e:
+                    if e.errno == errno.ELOOP:
+                        continue  # swapped for a link while we looked: never followed
+                    raise
+                try:
+                    with os.scandir(fd) as it:
+                        for e in it:
+                            name = f"{below}/{e.name}" if below else e.name
+                            if e.is_dir(follow_symlinks=False):
+                                pending.append(name)
+                                continue
+                            st = e.stat(follow_symlinks=False)
+                            if not stat.S_ISREG(st.st_mode):  # a FIFO, a link: never read, never followed
+                                where = self._full(f"{path}/{name}")
+                                raise Failure(f"{where} is {kind(st.st_mode)}, not a regular file")
+                            found[name] = st.st_size
+                finally:
+                    os.close(fd)
+        except OSError as e:
+            raise Failure(f"{self._full(path)}: {_why(e)}") from None
+        finally:
+            os.close(top)
+        return found
+
+    def size(self, path: str) -> int | None:
+        st = self._lstat(path)
+        return st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes | None:
+        full = self._full(path)
+        if length > RANGE_LIMIT:
+            raise Failure(f"{full}: a read of {length} bytes, over the {RANGE_LIMIT} one read may take")
+        parent, _, name = path.rpartition("/")
+        dir_fd = self._dir(parent)
+        if dir_fd is None:
+            return None
+        try:
+            fd = os.open(
+                name, _MARKER_FLAGS, dir_fd=dir_fd
+            )  # a link or a FIFO is never followed or waited on
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return None
+            raise Failure(f"{full}: {_why(e)}") from None
+        finally:
+            os.close(dir_fd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            chunks, got = [], 0
+            while got < length:
+                chunk = os.pread(fd, min(length - got, 1 << 20), offset + got)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+            return b"".join(chunks)
+        except OSError as e:
+            raise Failure(f"{full}: {_why(e)}") from None
         finally:
             os.close(fd)

@@ -109,7 +109,10 @@ class S3Store:
         return self.client.head(self.key(path)) is not None
 
     def remove_folder(self, path: str) -> Removal:
-        keys = self.client.list(self.key(path) + "/").keys
+        key = self.key(path)
+        keys = self.client.list(key + "/").keys
+        if not keys and self.client.head(key) is not None:
+            keys = [key]  # a save that is one object (a Lightning .ckpt)
         self.client.delete_objects(keys)  # 1,000 keys a request
         return Removal(removed=bool(keys))
 
@@ -127,6 +130,37 @@ class S3Store:
     def remove_tombs(self, names: list[str]) -> None:
         for name in names:
             self.client.delete(self.key(f"{TOMB}/{name}"))
+
+    # -- what the frameworks read of a save
+
+    def list_files(self, path: str) -> list[str]:
+        folder = self.key(path) + "/"
+        listing = self.client.list(folder, "/")
+        return [k[len(folder) :] for k in listing.keys if k != folder]
+
+    def sizes(self, path: str) -> dict[str, int]:
+        folder = self.key(path) + "/"
+        listing = self.client.list(folder)
+        found = {}
+        for k, size in zip(listing.keys, listing.sizes):
+            if k == folder:
+                continue
+            if size < 0:
+                raise StoreError(f"list {self.location(path)}/: the store listed {k} without its Size")
+            found[k[len(folder) :]] = size
+        return found
+
+    def size(self, path: str) -> int | None:
+        headers = self.client.head(self.key(path))
+        if headers is None:
+            return None
+        length = headers.get("content-length", "")
+        if not (length.isascii() and length.isdigit()):
+            raise StoreError(f"head {self.location(path)}: the store sent no Content-Length")
+        return int(length)
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes | None:
+        return self.client.get_range(self.key(path), offset, length)
 
     # -- probe
 

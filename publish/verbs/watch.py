@@ -14,7 +14,7 @@ from publish.verbs.publish import publish_entry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Protocol
+    from typing import Callable, Protocol
 
     class Stop(Protocol):
         """What ``watch`` waits on: a ``threading.Event``, or a :class:`SignalStop`."""
@@ -68,11 +68,17 @@ class Watcher:
         self.saves = saves
         self.epoch = epoch
         self.done: set[str] = set()  # folders published (or found published); never looked at again
+        self.noted: set[str] = set()  # folders a framework's hint was said for
 
     def scan(self, timeout: float | None) -> None:
         self.store.begin(timeout)
         candidates = []
-        for folder in self.store.list_folders(self.saves):
+        listed = (
+            self.store.list_files(self.saves)
+            if self.framework.kind == "files"
+            else self.store.list_folders(self.saves)
+        )
+        for folder in listed:
             if folder in self.done:
                 continue
             step = self.framework.step(folder)
@@ -80,9 +86,19 @@ class Watcher:
                 candidates.append((step, folder))
         for step, folder in sorted(candidates):
             path = f"{self.saves}/{folder}"
-            if self.framework.complete(self.store, path, step):
+            if self.framework.complete(self.store, path, step, self._note_for(folder)):
                 publish_entry(self.store, self.say, self.epoch, step, path)
                 self.done.add(folder)
+
+    def _note_for(self, folder: str) -> Callable[[str], None]:
+        """A framework's hint about ``folder``, said on stderr once for the whole run."""
+
+        def note(text: str) -> None:
+            if folder not in self.noted:
+                self.noted.add(folder)
+                self.say.warn(text)
+
+        return note
 
 
 def _bounded(scan: Watcher, timeout: float) -> None:

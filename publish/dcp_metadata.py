@@ -1,0 +1,160 @@
+"""What a DCP ``.metadata`` says a save holds, read without torch and without running any of its code.
+
+torch.distributed.checkpoint's writers (``FileSystemWriter``, ``FsspecWriter``) pickle a ``Metadata``
+dataclass whose ``storage_data`` maps each item of the state dict to a ``_StorageInfo(relative_path,
+offset, length)``: the storage file beside ``.metadata`` and the byte range the item occupies in it
+(torch/distributed/checkpoint/metadata.py and filesystem.py).  A save is whole only when every file named
+there holds at least ``offset + length`` bytes.
+
+The pickle is read by an unpickler whose every global is an inert record: a class of our own that keeps
+the arguments it was built with and the state it was given, and has no behaviour.  Nothing is imported,
+nothing named by the file is called.  A global outside the modules a DCP save names (``torch`` and its
+submodules, and the few builtins pickle itself uses) is a fault: a ``.metadata`` that names ``os.system``
+was not written by DCP.
+"""
+
+from __future__ import annotations
+
+from publish.errors import Failure
+from publish.layout import clean_relative
+
+#: A .metadata over this is refused (a save with millions of items stays far below it).
+LIMIT = 64 * 1024 * 1024
+
+#: Modules whose globals a DCP save's pickle may name (each becomes an inert record).
+_ALLOWED_ROOTS = ("torch",)
+_ALLOWED = frozenset(
+    (
+        ("collections", "OrderedDict"),
+        ("copyreg", "_reconstructor"),
+        ("builtins", "object"),
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        # StorageMeta.checkpoint_id is the path the writer was given, often a pathlib.Path
+        ("pathlib", "Path"),
+        ("pathlib", "PosixPath"),
+        ("pathlib", "PurePosixPath"),
+        ("pathlib", "WindowsPath"),
+        ("pathlib", "PureWindowsPath"),
+    )
+)
+
+_METADATA = ("torch.distributed.checkpoint.metadata", "Metadata")
+_STORAGE_INFO = ("torch.distributed.checkpoint.filesystem", "_StorageInfo")
+
+
+class Incomplete(Exception):
+    """The .metadata ends before its pickle does: it is still being written."""
+
+
+class _Record:
+    """An inert stand-in for any global the pickle names: it records, it never acts."""
+
+    __slots__ = ("args", "state", "__weakref__")
+    origin: tuple[str, str] = ("", "")
+    args: tuple[object, ...]
+    state: object
+
+    def __new__(cls, *args: object, **kwargs: object) -> _Record:
+        record = object.__new__(cls)
+        record.args = args
+        record.state = None
+        return record
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __setstate__(self, state: object) -> None:
+        self.state = state
+
+    def __reduce__(self) -> str:  # never pickled again
+        raise TypeError("an inert record is not picklable")
+
+
+def _record_class(module: str, name: str) -> type[_Record]:
+    return type("Record", (_Record,), {"__slots__": (), "origin": (module, name)})
+
+
+def _allowed(module: str, name: str) -> bool:
+    if (module, name) in _ALLOWED:
+        return True
+    return any(module == root or module.startswith(root + ".") for root in _ALLOWED_ROOTS)
+
+
+def _load(data: bytes, where: str) -> object:
+    import io
+    import pickle
+
+    classes: dict[tuple[str, str], type[_Record]] = {}
+
+    class Reader(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> type[_Record]:
+            if not _allowed(module, name):
+                raise Failure(
+                    f"{where}: names {module}.{name}, which a DCP save never holds: not read (nothing in it was run)"
+                )
+            key = (module, name)
+            if key not in classes:
+                classes[key] = _record_class(module, name)
+            return classes[key]
+
+    stream = io.BytesIO(data)
+    try:
+        document = Reader(stream).load()
+    except Failure:
+        raise
+    except EOFError:
+        raise Incomplete from None
+    except pickle.UnpicklingError as e:
+        if "truncated" in str(e):
+            raise Incomplete from None
+        raise Failure(f"{where}: does not read as a DCP .metadata: {e}") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, MemoryError) as e:
+        raise Failure(f"{where}: does not read as a DCP .metadata: {type(e).__name__}: {e}") from None
+    if stream.tell() != len(data):
+        raise Failure(f"{where}: holds {len(data) - stream.tell()} bytes after its pickle ends")
+    return document
+
+
+def _fields(record: object, what: str, where: str) -> dict[object, object]:
+    """A dataclass record's fields: the dict its BUILD gave it."""
+    state = record.state if isinstance(record, _Record) else None
+    if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
+        # (dict state, slots state), as pickle writes for a class with __slots__
+        state = {**(state[0] or {}), **state[1]} if isinstance(state[0], (dict, type(None))) else None
+    if not isinstance(state, dict):
+        raise Failure(f"{where}: {what} has no fields")
+    return state
+
+
+def _count(value: object, what: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Failure(f"{where}: {what} is not a byte count")
+    return value
+
+
+def storage_ends(data: bytes, where: str) -> dict[str, int]:
+    """Each storage file the .metadata names, and the least size it must have (the greatest offset + length).
+
+    Raises :class:`Incomplete` when the pickle is cut off, and Failure naming ``where`` when it is anything
+    but a DCP Metadata naming at least one storage file."""
+    document = _load(data, where)
+    if not isinstance(document, _Record) or document.origin != _METADATA:
+        raise Failure(f"{where}: is not a DCP Metadata")
+    storage = _fields(document, "its Metadata", where).get("storage_data")
+    if not isinstance(storage, dict) or not storage:
+        raise Failure(f"{where}: names no storage (storage_data is empty or missing)")
+    ends: dict[str, int] = {}
+    for info in storage.values():
+        if not isinstance(info, _Record) or info.origin != _STORAGE_INFO:
+            raise Failure(f"{where}: a storage_data value is not a _StorageInfo")
+        fields = _fields(info, "a _StorageInfo", where)
+        path = fields.get("relative_path")
+        if not isinstance(path, str) or not path or not clean_relative(path):
+            raise Failure(f"{where}: a storage file's relative_path {path!r} is not a clean relative path")
+        end = _count(fields.get("offset"), f"{path}'s offset", where) + _count(
+            fields.get("length"), f"{path}'s length", where
+        )
+        if end > ends.get(path, -1):
+            ends[path] = end
+    return ends

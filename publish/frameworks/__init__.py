@@ -1,0 +1,60 @@
+"""Which entries of SAVES are saves, their step, and whether they are whole: one small module per framework.
+
+Each module gives ``KIND`` (saves are ``"folders"`` or ``"files"``), ``step_of(name) -> str`` (the decimal
+step a save's name holds, or ``""``: a pure rule, no I/O, cheap to import since a POSIX resolve reads these
+names) and ``complete(store, path, step, note) -> bool`` (reads the save through the Store; ``note`` takes
+a hint for the user, said once per save).  A new framework is one module and a line in FRAMEWORKS.
+"""
+
+from __future__ import annotations
+
+from publish.frameworks import dcp, deepspeed, hf, lightning, snapshot
+from publish.layout import LIMIT
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Callable
+
+    from publish.stores.base import Store
+
+#: trainer_state.json over this is refused (kept here for the modules that import it from this package)
+STATE_LIMIT = hf.STATE_LIMIT
+
+
+class Framework:
+    """How one framework lays out its saves inside SAVES."""
+
+    def __init__(self, name: str, rules: ModuleType) -> None:
+        self.name = name
+        self.kind: str = rules.KIND
+        self._rules = rules
+
+    def step(self, name: str) -> int | None:
+        """The step of a save named ``name``, or None when the name is not a save's."""
+        text = self._rules.step_of(name)
+        if not text:
+            return None
+        step = int(text)
+        return step if step < LIMIT else None
+
+    def complete(self, store: Store, path: str, step: int, note: Callable[[str], None] | None = None) -> bool:
+        """True when the save at ``path`` is whole; False while it is still being written.
+
+        Raises Failure when the save holds something that can never become whole (hf: a trainer_state.json
+        that does not parse, or disagrees with the folder; dcp: a .metadata that is not a DCP one)."""
+        return bool(self._rules.complete(store, path, step, note or (lambda _: None)))
+
+
+FRAMEWORKS = {
+    "hf": Framework("hf", hf),
+    "dcp": Framework("dcp", dcp),
+    "snapshot": Framework("snapshot", snapshot),
+    "lightning": Framework("lightning", lightning),
+    "deepspeed": Framework("deepspeed", deepspeed),
+}
+
+
+def snapshot_id(name: str) -> str:
+    """The uuid of a snapshot directory name, or ``""`` (the library's own rule)."""
+    return snapshot.snapshot_id(name)

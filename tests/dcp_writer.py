@@ -1,0 +1,47 @@
+"""Write a real DCP save with two gloo ranks on the CPU: ``python -m tests.dcp_writer PATH [--no-collectives]``.
+
+Run as a script (torch.multiprocessing spawns the ranks); the tests call it in a subprocess so no process
+group leaks into the test process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rank(rank: int, path: str, port: int, collectives: bool) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        state = {
+            "model": {"w": torch.full((64, 64), float(rank)), f"only{rank}": torch.arange(100)},
+            "step": 7,
+        }
+        dcp.save(state, storage_writer=FileSystemWriter(path), use_collectives=collectives)
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv: list[str]) -> None:
+    import torch.multiprocessing as mp
+
+    path = argv[0]
+    collectives = "--no-collectives" not in argv
+    mp.spawn(_rank, args=(path, _free_port(), collectives), nprocs=2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,172 @@
+"""The .metadata reader: real DCP saves, every cut of one, and pickles that try to run code."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from publish.dcp_metadata import Incomplete, storage_ends
+from publish.errors import Failure
+from tests.conftest import REPO, need
+from tests.dcp_shapes import metadata
+
+
+def _torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def real_save(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A save written by torch.distributed.checkpoint with two gloo ranks."""
+    need(_torch(), "torch is not installed")
+    path = tmp_path_factory.mktemp("dcp") / "step-100"
+    subprocess.run([sys.executable, "-m", "tests.dcp_writer", str(path)], cwd=REPO, check=True, timeout=240)
+    return path
+
+
+@pytest.mark.torch
+def test_a_real_save_names_each_rank_file_and_its_size(real_save: Path) -> None:
+    ends = storage_ends((real_save / ".metadata").read_bytes(), "m")
+    assert set(ends) == {"__0_0.distcp", "__1_0.distcp"}
+    for name, end in ends.items():
+        assert 0 < end <= (real_save / name).stat().st_size
+
+
+@pytest.mark.torch
+def test_every_cut_of_a_real_metadata_is_incomplete(real_save: Path) -> None:
+    data = (real_save / ".metadata").read_bytes()
+    for cut in range(len(data)):
+        with pytest.raises(Incomplete):
+            storage_ends(data[:cut], "m")
+
+
+@pytest.mark.torch
+def test_the_reader_imports_nothing_it_reads(real_save: Path) -> None:
+    """Reading a real .metadata in a fresh interpreter pulls in no torch module."""
+    code = (
+        "import sys; from publish.dcp_metadata import storage_ends; "
+        f"storage_ends(open({str(real_save / '.metadata')!r}, 'rb').read(), 'm'); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'os.system')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+class _Call:
+    """Pickles as a call of ``func(*args)``: what a hostile .metadata would hold."""
+
+    def __init__(self, func: object, *args: object) -> None:
+        self.func, self.args = func, args
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return (self.func, self.args)
+
+
+@pytest.mark.parametrize(
+    "func, name",
+    [
+        (os.system, "system"),
+        (eval, "eval"),
+        (exec, "exec"),
+        (subprocess.Popen, "Popen"),
+        (getattr, "getattr"),
+        (__import__, "__import__"),
+    ],
+)
+def test_a_pickle_that_names_a_callable_runs_nothing_and_is_a_fault(
+    tmp_path: Path, func: object, name: str
+) -> None:
+    canary = tmp_path / "ran"
+    command = f"touch {canary}"
+    arg = command if func in (os.system,) else ["touch", str(canary)] if func is subprocess.Popen else command
+    data = pickle.dumps(_Call(func, arg), protocol=4)
+    with pytest.raises(Failure) as e:
+        storage_ends(data, "/r/exec/a/step-1/.metadata")
+    assert str(e.value).startswith("/r/exec/a/step-1/.metadata: names ")
+    assert name in str(e.value)
+    assert not canary.exists()
+
+
+def test_a_call_hidden_inside_an_allowed_structure_is_still_refused(tmp_path: Path) -> None:
+    canary = tmp_path / "ran"
+    data = pickle.dumps({"storage_data": [_Call(os.system, f"touch {canary}")]}, protocol=2)
+    with pytest.raises(Failure, match="names posix.system|names os.system"):
+        storage_ends(data, "m")
+    assert not canary.exists()
+
+
+def test_a_persistent_id_is_a_fault() -> None:
+    class P(pickle.Pickler):
+        def persistent_id(self, obj: object) -> object:
+            return "x" if obj == "target" else None
+
+    import io
+
+    buf = io.BytesIO()
+    P(buf, protocol=4).dump(["target"])
+    with pytest.raises(Failure, match="does not read as a DCP .metadata"):
+        storage_ends(buf.getvalue(), "m")
+
+
+def test_storage_ends_take_the_greatest_end_per_file() -> None:
+    data = metadata(
+        {
+            "a": {"relative_path": "__0_0.distcp", "offset": 0, "length": 10},
+            "b": {"relative_path": "__0_0.distcp", "offset": 10, "length": 5},
+            "c": {"relative_path": "__1_0.distcp", "offset": 0, "length": 7},
+        }
+    )
+    assert storage_ends(data, "m") == {"__0_0.distcp": 15, "__1_0.distcp": 7}
+
+
+@pytest.mark.parametrize(
+    "storage, why",
+    [
+        ({}, "names no storage"),
+        (None, "names no storage"),
+        ({"a": {"relative_path": "../x", "offset": 0, "length": 1}}, "not a clean relative path"),
+        ({"a": {"relative_path": "/etc/passwd", "offset": 0, "length": 1}}, "not a clean relative path"),
+        ({"a": {"relative_path": "", "offset": 0, "length": 1}}, "not a clean relative path"),
+        ({"a": {"relative_path": "f", "offset": -1, "length": 1}}, "offset is not a byte count"),
+        ({"a": {"relative_path": "f", "offset": True, "length": 1}}, "offset is not a byte count"),
+        ({"a": {"relative_path": "f", "offset": 0, "length": "1"}}, "length is not a byte count"),
+        ({"a": {"relative_path": "f", "offset": 0}}, "length is not a byte count"),
+    ],
+)
+def test_storage_that_cannot_be_checked_is_a_fault(storage: object, why: str) -> None:
+    with pytest.raises(Failure, match=why):
+        storage_ends(metadata(storage), "m")
+
+
+def test_data_after_the_pickle_is_a_fault() -> None:
+    data = metadata({"a": {"relative_path": "f", "offset": 0, "length": 1}})
+    assert storage_ends(data, "m") == {"f": 1}
+    with pytest.raises(Failure, match="1 bytes after its pickle ends"):
+        storage_ends(data + b"x", "m")
+
+
+@pytest.mark.parametrize("data", [b"", b"\x80", b"\x80\x04\x95"])
+def test_an_empty_or_just_begun_file_is_incomplete(data: bytes) -> None:
+    with pytest.raises(Incomplete):
+        storage_ends(data, "m")
+
+
+@pytest.mark.parametrize("data", [b"not a pickle", b"\x80\x04K\x01.", pickle.dumps({"storage_data": 1})])
+def test_something_else_is_a_fault(data: bytes) -> None:
+    with pytest.raises(Failure):
+        storage_ends(data, "m")
+
+
+def test_deep_nesting_is_no_internal_error() -> None:
+    data = b"\x80\x02" + b"]" * 200_000 + b"a" * 199_999 + b"."
+    with pytest.raises(Failure, match="is not a DCP Metadata"):
+        storage_ends(data, "m")
