@@ -132,7 +132,7 @@ def end(run: Run, job: str) -> dict[str, str]:
 
 def test_readme_recipe_is_the_example_script() -> None:
     readme = (REPO / "README.md").read_text()
-    block = readme.split("### Slurm, POSIX root\n", 1)[1].split("```bash\n", 1)[1].split("```\n", 1)[0]
+    block = readme.split("### Slurm, by hand\n", 1)[1].split("```bash\n", 1)[1].split("```\n", 1)[0]
     assert block == SCRIPT.read_text()
 
 
