@@ -68,7 +68,9 @@ def test_scontrol_requeue(job: RunRecipe, srun: bool) -> None:
     job.slurm.requeued(j)
     saved = job.stopped_at(j, f"{j}.0")
     assert saved in [p.save for p in job.published(j)], job.log(j)
-    assert f"job {j} is " in job.log(j) and "not requeued" in job.log(j)  # Slurm brings it back itself
+    assert f"publish: run: job {j} is COMPLETING: not requeued" in job.log(j)  # Slurm brings it back itself
+    # the trainer had the job-wide SIGTERM already: publish run did not send it again
+    assert f"publish: run: job {j} is COMPLETING: Slurm signalled every process of it" in job.log(j)
     job.check_resumed(j, f"{j}.1", saved)
     end(job, j)
     job.check_whole(j)
