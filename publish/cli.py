@@ -86,10 +86,22 @@ def _flags(verb: str) -> FlagSet:
     if verb in ("watch", "run"):
         fs.custom("framework", None, "which saves to publish: hf, dcp or snapshot", _framework, "name")
         fs.duration("interval", 10.0, "time between scans")
-        fs.string("attempt", "", "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)")
+        fs.string(
+            "attempt",
+            "",
+            "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)"
+            if verb == "watch"
+            else "the execution `A`: saves go to ROOT/exec/A (env DISPATCH_ATTEMPT; default: from Slurm's "
+            "job, else unique)",
+        )
     if verb in ("watch", "publish", "run"):
         fs.custom(
-            "epoch", None, "the dispatch epoch `N` (env DISPATCH_EPOCH; default 0)", _decimal("epoch"), "N"
+            "epoch",
+            None,
+            "the dispatch epoch `N` (env DISPATCH_EPOCH; default "
+            + ("the wall clock in nanoseconds)" if verb == "run" else "0)"),
+            _decimal("epoch"),
+            "N",
         )
     if verb == "prune":
         fs.integer("keep", 3, "how many of the latest publications to keep", minimum=1)
