@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from publish import layout
+from publish.errors import Failure
+from publish.verbs import run as run_verb
 from tests.conftest import REPO, base_env, record_output, run_cli, spawn
 from tests.test_watch import hf_save
 
@@ -316,3 +318,66 @@ def test_help_shows_the_usage() -> None:
     r = run_cli("run", "-h")
     assert r.code == 0 and "usage: publish run" in r.err and "-resume-arg" in r.err and "-requeue" in r.err
     assert "run " in run_cli("help").out
+
+
+class Batch(run_verb.Batch):
+    """A Slurm job whose state is ``state`` and whose requeue fails when ``refuse``: the faults here."""
+
+    def __init__(self, state: str, refuse: bool = False) -> None:
+        super().__init__({"SLURM_JOB_ID": "5"}, 10)
+        self._state = state
+        self.refuse = refuse
+        self.calls: list[str] = []
+
+    def state(self) -> str:
+        self.calls.append("state")
+        return self._state
+
+    def requeue(self) -> None:
+        self.calls.append("requeue")
+        if self.refuse:
+            raise Failure("scontrol requeue 5: exit 1: refused")
+
+
+@pytest.mark.parametrize(
+    ("state", "refuse", "status", "calls"),
+    [
+        ("RUNNING", False, 143, ["state", "state", "requeue"]),  # the warning signal: passed on, requeued
+        ("RUNNING", True, 143, ["state", "state", "requeue"]),
+        ("COMPLETING", False, 7, ["state", "state"]),  # scancel, requeue: not sent again, not requeued
+    ],
+)
+def test_on_slurm_a_signal_is_passed_on_and_the_job_requeued_only_while_it_runs(
+    root: Path, state: str, refuse: bool, status: int, calls: list[str]
+) -> None:
+    from publish.frameworks import FRAMEWORKS
+    from publish.stores.posix import PosixStore
+    from publish.verbs import Say
+
+    # COMMAND exits 143 on SIGTERM; 7 when nobody sends one within 2s (Slurm did, in the COMPLETING case)
+    command = [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, "
+               "lambda *a: sys.exit(143)); print('ready', flush=True); time.sleep(2); sys.exit(7)"]  # fmt: skip
+    out: list[str] = []
+    err: list[str] = []
+    signals = run_verb.Signals()
+    batch = Batch(state, refuse)
+
+    def launch(argv: list[str], env: dict[str, str]) -> run_verb.Process:
+        child = run_verb.Process(argv, env, None)
+        signals.note(signal.SIGTERM)
+        return child
+
+    code = run_verb.run(
+        PosixStore(str(root)), Say(out.append, err.append), FRAMEWORKS["hf"], "a", 1, command,
+        env=base_env(), root=str(root), interval=0.1, timeout=10, signals=signals, requeue=True,
+        launch=launch, batch=batch,
+    )  # fmt: skip
+    signals.close()
+    assert batch.calls == calls, err
+    assert code == status, err  # a failed requeue is said; COMMAND's status is non-zero already
+    if refuse:
+        assert "run: requeue failed: scontrol requeue 5: exit 1: refused" in err
+    elif state == "RUNNING":
+        assert err[-1] == "run: asked Slurm to requeue job 5"
+    else:
+        assert "run: job 5 is COMPLETING: not requeued" in err
