@@ -276,7 +276,8 @@ def run(
 
     deadline = time.monotonic() + timeout
     if stopped and through_srun and batch is not None:
-        # After a job-wide signal srun returns before its tasks have finished the save they make on it.
+        # srun waits for its tasks after a job-wide signal (as tested); should it return first, the tasks may
+        # still be writing the save they make on that signal.
         try:
             while batch.steps_left() and time.monotonic() < deadline:
                 time.sleep(0.2)
