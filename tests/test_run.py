@@ -50,6 +50,15 @@ def test_a_missing_root_fails_before_command_starts(tmp_path: Path) -> None:
     assert not (tmp_path / "out.json").exists()
 
 
+def test_a_credentials_failure_fails_before_command_starts(tmp_path: Path) -> None:
+    r = run_cli(
+        "run", "-checkpoint", "s3://ckpts/run", "-creds", f"file:{tmp_path / 'none'}", "-framework", "hf",
+        "--", *DUMP, env=env_for(tmp_path),
+    )  # fmt: skip
+    assert r.code == 1 and r.err.startswith("publish: credentials: "), r
+    assert not (tmp_path / "out.json").exists()
+
+
 def test_an_entry_that_does_not_parse_fails_before_command_starts(root: Path, tmp_path: Path) -> None:
     (root / "pub").mkdir()
     (root / "pub" / "junk").touch()
@@ -256,6 +265,19 @@ def test_a_signal_to_publish_run_alone_reaches_command_and_its_save_is_published
     name = layout.name(3, step, f"exec/a/checkpoint-{step}")
     assert lines[-1] == f"published {name} (epoch 3, step {step}, {root}/exec/a/checkpoint-{step})", lines
     assert run_cli("resolve", "-checkpoint", str(root)).out == f"{root}/exec/a/checkpoint-{step}\n"
+
+    # the next dispatch resumes from it, and publishes with a greater epoch
+    again = run_cli(
+        "run", "-checkpoint", str(root), "-framework", "hf", "-attempt", "b", "-epoch", "4",
+        "-resume-arg=--resume", "--", *TRAINER, "--steps", "2", env=base_env(),
+    )  # fmt: skip
+    assert again.code == 0, again
+    assert f"publish: run: resuming from {root}/exec/a/checkpoint-{step}\n" in again.err
+    steps = [
+        int(line.split("step ")[1].split(",")[0]) for line in again.lines if line.startswith("published ")
+    ]
+    assert steps and all(n > step for n in steps), again.out  # COMMAND started from the save, not from 0
+    assert run_cli("resolve", "-checkpoint", str(root)).out == f"{root}/exec/b/checkpoint-{steps[-1]}\n"
 
 
 def test_a_named_signal_is_passed_on_and_a_second_one_again(root: Path, tmp_path: Path) -> None:
