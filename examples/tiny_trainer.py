@@ -45,11 +45,14 @@ def save(output_dir: str, step: int, losses: list[float]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("output_dir")
+    # publish run gives the folder in PUBLISH_SAVES; the manual recipe passes it as an argument
+    parser.add_argument("output_dir", nargs="?", default=os.environ.get("PUBLISH_SAVES", ""))
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--save-every", type=int, default=2)
     parser.add_argument("--resume", default="")
     args = parser.parse_args()
+    if not args.output_dir:
+        parser.error("no output_dir and no PUBLISH_SAVES")
     stop: list[int] = []
     signal.signal(signal.SIGTERM, lambda sig, frame: stop.append(sig))  # a second SIGTERM changes nothing
 

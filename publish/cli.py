@@ -32,6 +32,8 @@ SYNOPSIS = {
     "publish": f"publish publish {_ROOT_FLAGS} [-epoch N] SAVE STEP",
     "prune": f"publish prune {_ROOT_FLAGS} [-keep 3]",
     "probe": "publish probe -checkpoint s3://BUCKET/PREFIX -creds LIST [-proxy URL] [-timeout 5m]",
+    "run": f"publish run {_ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-keep N] [-epoch N] "
+    "[-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]",
 }
 SUMMARY = {
     "resolve": "print the latest publication's save location, or nothing",
@@ -39,6 +41,7 @@ SUMMARY = {
     "publish": "publish one complete save",
     "prune": "remove all but the latest publications and the folders only they named",
     "probe": "check that an S3 root and its credentials work, before a job is accepted",
+    "run": "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune",
     "version": "print the version",
     "help": "print this list",
 }
@@ -82,7 +85,7 @@ def _flags(verb: str) -> FlagSet:
     fs.duration("timeout", 300.0, "time an S3 verb may take, or one watch scan (and watch's last scan)")
     if verb == "resolve":
         fs.boolean("probe", False, "S3 only: run the probe checks first")
-    if verb == "watch":
+    if verb in ("watch", "run"):
         fs.custom(
             "framework",
             None,
@@ -91,13 +94,38 @@ def _flags(verb: str) -> FlagSet:
             "name",
         )
         fs.duration("interval", 10.0, "time between scans")
-        fs.string("attempt", "", "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)")
-    if verb in ("watch", "publish"):
+        fs.string(
+            "attempt",
+            "",
+            "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)"
+            if verb == "watch"
+            else "the execution `A`: saves go to ROOT/exec/A (env DISPATCH_ATTEMPT; default: from Slurm's "
+            "job, else unique)",
+        )
+    if verb in ("watch", "publish", "run"):
         fs.custom(
-            "epoch", None, "the dispatch epoch `N` (env DISPATCH_EPOCH; default 0)", _decimal("epoch"), "N"
+            "epoch",
+            None,
+            "the dispatch epoch `N` (env DISPATCH_EPOCH; default "
+            + ("the wall clock in nanoseconds)" if verb == "run" else "0)"),
+            _decimal("epoch"),
+            "N",
         )
     if verb == "prune":
         fs.integer("keep", 3, "how many of the latest publications to keep", minimum=1)
+    if verb == "run":
+        from publish.flags import parse_decimal
+        from publish.verbs.run import parse_signal
+
+        fs.custom(
+            "keep", None, "after COMMAND exits, prune to the latest `N` (default: no prune)",
+            lambda t: parse_decimal(t, minimum=1), "N",
+        )  # fmt: skip
+        fs.string("resume-arg", "", "when there is a save, append `FLAG` and its location to COMMAND")
+        fs.custom(
+            "signal", None, "a `SIG` passed on as SIGTERM and SIGINT are (e.g. USR1)", parse_signal, "SIG"
+        )
+        fs.boolean("requeue", False, "Slurm only: after a stop by a signal, ask Slurm to run the job again")
     return fs
 
 
@@ -110,6 +138,7 @@ class _Run:
         self.args = args
         self.env = env
         self.cwd = cwd
+        self.dashdash = False  # run: COMMAND followed "--"
 
     def flag_or_env(self, flag: str, var: str) -> str:
         """The flag's text when given, else the variable's; an explicitly empty flag is a usage error."""
@@ -176,7 +205,7 @@ def _open_store(run: _Run, root: roots.Root, say: Say, deadline: float, renew: b
     return store, source
 
 
-def _execute(run: _Run, say: Say, stop: Stop | None) -> None:
+def _execute(run: _Run, say: Say, stop: Stop | None) -> int:
     verb, fs = run.verb, run.fs
     started = time.monotonic()
     timeout = float(fs.value("timeout"))
@@ -184,6 +213,11 @@ def _execute(run: _Run, say: Say, stop: Stop | None) -> None:
         _expect_args(run, ["SAVE", "STEP"])
     elif verb == "watch":
         _expect_args(run, ["SAVES"], optional=1)
+    elif verb == "run":
+        if not run.dashdash:
+            raise UsageError("COMMAND must follow --: publish run [flags] -- COMMAND [ARG...]")
+        if not run.args:
+            raise UsageError("missing COMMAND after --")
     else:
         _expect_args(run, [])
     text = run.flag_or_env("checkpoint", "CHECKPOINT")
@@ -215,6 +249,8 @@ def _execute(run: _Run, say: Say, stop: Stop | None) -> None:
 
     epoch = run.epoch() if verb in ("watch", "publish") else 0
     saves = ""
+    if verb == "run":
+        return _run_verb(run, root, say, stop, started)
     if verb == "watch":
         if fs.value("framework") is None:
             raise UsageError("-framework is required: hf, dcp, snapshot, lightning or deepspeed")
@@ -270,6 +306,47 @@ def _execute(run: _Run, say: Say, stop: Stop | None) -> None:
             timeout,
             stop or threading.Event(),
         )
+    return 0
+
+
+def _run_verb(run: _Run, root: roots.Root, say: Say, stop: Stop | None, started: float) -> int:
+    """``publish run``: its own checks, then the lifecycle in publish.verbs.run."""
+    from publish.verbs import run as lifecycle
+
+    fs = run.fs
+    if fs.value("framework") is None:
+        raise UsageError("-framework is required: hf, dcp, snapshot, lightning or deepspeed")
+    if fs.is_set("resume-arg") and not fs.value("resume-arg"):
+        raise UsageError("-resume-arg is empty")
+    given_epoch = run.epoch() if fs.is_set("epoch") or run.env.get("DISPATCH_EPOCH") else None
+    attempt, epoch = lifecycle.attempt_and_epoch(
+        run.flag_or_env("attempt", "DISPATCH_ATTEMPT"), given_epoch, run.env
+    )
+    _check_attempt(attempt)
+    timeout = float(fs.value("timeout"))
+    batch = lifecycle.Batch(run.env, timeout) if run.env.get("SLURM_JOB_ID") else None
+    if fs.value("requeue") and batch is None:
+        raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
+    store, _ = _open_store(run, root, say, started + timeout, renew=True)
+    store.begin(max(started + timeout - time.monotonic(), 0.001))
+    keep = fs.value("keep")
+    return lifecycle.run(
+        store,
+        say,
+        FRAMEWORKS[str(fs.value("framework"))],
+        attempt,
+        epoch,
+        run.args,
+        env=run.env,
+        root=root.text,
+        interval=float(fs.value("interval")),
+        timeout=timeout,
+        signals=stop if isinstance(stop, lifecycle.Signals) else lifecycle.Signals(),
+        keep=None if keep is None else int(keep),
+        resume_arg=str(fs.value("resume-arg")),
+        requeue=bool(fs.value("requeue")),
+        batch=batch,
+    )
 
 
 def _probe(store: Store) -> None:
@@ -334,7 +411,18 @@ def main(
         stderr.write(usage())
         return 2
     run = _Run(verb, fs, args, env, cwd if cwd is not None else os.getcwd())
+    given = argv[1:]
+    run.dashdash = len(given) > len(args) and given[len(given) - len(args) - 1] == "--"
     restore = None
+    if verb == "run" and stop is None:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            from publish.verbs.run import Signals
+
+            signals = Signals()
+            stop = signals
+            restore = _trap_run(signals, fs.value("signal"))
     if verb == "watch" and stop is None:
         import threading
 
@@ -345,7 +433,7 @@ def main(
             stop = signal_stop
             restore = _trap_signals(signal_stop)
     try:
-        _execute(run, Say(out, warn), stop)
+        code = _execute(run, Say(out, warn), stop)
     except UsageError as e:
         warn(str(e))
         stderr.write(usage())
@@ -365,7 +453,7 @@ def main(
     finally:
         if restore:
             restore()
-    return 0
+    return code
 
 
 def _trap_signals(stop: SignalStop) -> Callable[[], None]:
@@ -381,6 +469,24 @@ def _trap_signals(stop: SignalStop) -> Callable[[], None]:
         for sig, previous in old.items():
             signal.signal(sig, previous)
         stop.close()
+
+    return restore
+
+
+def _trap_run(signals: Any, extra: int | None) -> Callable[[], None]:
+    """SIGTERM, SIGINT and ``extra`` are noted in ``signals`` (a publish.verbs.run.Signals) until ``restore``."""
+    import signal
+
+    def handler(signum: int, frame: object) -> None:
+        signals.note(signum)
+
+    wanted = {signal.SIGTERM, signal.SIGINT} | ({signal.Signals(extra)} if extra is not None else set())
+    old = {sig: signal.signal(sig, handler) for sig in wanted}
+
+    def restore() -> None:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+        signals.close()
 
     return restore
 

@@ -8,7 +8,7 @@ Fixtures (session-scoped, started only by a test that asks for them):
   ``scontrol``, ``scancel`` inside a job too: sbatch passes the environment on) needs.
 - ``slurm_publish``: a folder holding a ``publish`` command for job scripts to find on PATH: the worktree's
   source (``python3 -m publish`` with PYTHONPATH set), or the binary ``PUBLISH_BIN`` names. Its ``watch``
-  scans every 200ms unless the caller's own ``-interval`` says otherwise.
+  and ``run`` scan every 200ms unless the caller's own ``-interval`` says otherwise.
 
 Helpers: :meth:`Slurm.sbatch` submits and returns the job id; :meth:`Slurm.job` is ``scontrol show job`` as a
 dict; :meth:`Slurm.wait` polls it until a condition holds, with a deadline; :meth:`Slurm.running` waits for a
@@ -331,7 +331,9 @@ def slurm_publish(tmp_path_factory: pytest.TempPathFactory) -> Path:
     else:
         body = "exec " + " ".join(f'"{w}"' for w in cmd) + ' "$@"'
     shim = bin_dir / "publish"
-    # watch gets short scans first; an -interval the script gives comes later, and wins
-    shim.write_text(f'#!/bin/sh\n[ "$1" = watch ] && shift && set -- watch -interval 200ms "$@"\n{body}\n')
+    # watch and run get short scans first; an -interval the script gives comes later, and wins
+    shim.write_text(
+        f'#!/bin/sh\ncase $1 in watch | run) verb=$1; shift; set -- "$verb" -interval 200ms "$@" ;; esac\n{body}\n'
+    )
     shim.chmod(0o755)
     return bin_dir

@@ -132,7 +132,7 @@ def end(run: Run, job: str) -> dict[str, str]:
 
 def test_readme_recipe_is_the_example_script() -> None:
     readme = (REPO / "README.md").read_text()
-    block = readme.split("### Slurm, POSIX root\n", 1)[1].split("```bash\n", 1)[1].split("```\n", 1)[0]
+    block = readme.split("### Slurm, by hand\n", 1)[1].split("```bash\n", 1)[1].split("```\n", 1)[0]
     assert block == SCRIPT.read_text()
 
 
@@ -219,7 +219,7 @@ def test_training_through_srun_gets_the_sigterm(run: Run) -> None:
     strict=True,
     reason="scancel and requeue signal srun too: it ends the step and returns before its task has finished the "
     "save it makes on SIGTERM, so the script's last scan misses that save; a job script cannot keep the "
-    "job-wide SIGTERM from srun (publish run is to handle it)",
+    "job-wide SIGTERM from srun (publish run waits for the job's steps: test_run_slurm.py covers it)",
 )
 def test_training_through_srun_saves_on_requeue(run: Run) -> None:
     job = run.submit(srun=True)

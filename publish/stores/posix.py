@@ -507,12 +507,12 @@ class PosixStore:
                     raise
                 try:
                     with os.scandir(fd) as it:
-                        for e in it:
-                            name = f"{below}/{e.name}" if below else e.name
-                            if e.is_dir(follow_symlinks=False):
+                        for entry in it:
+                            name = f"{below}/{entry.name}" if below else entry.name
+                            if entry.is_dir(follow_symlinks=False):
                                 pending.append(name)
                                 continue
-                            st = e.stat(follow_symlinks=False)
+                            st = entry.stat(follow_symlinks=False)
                             if not stat.S_ISREG(st.st_mode):  # a FIFO, a link: never read, never followed
                                 where = self._full(f"{path}/{name}")
                                 raise Failure(f"{where} is {kind(st.st_mode)}, not a regular file")

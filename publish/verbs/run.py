@@ -1,0 +1,359 @@
+"""run: resolve, start COMMAND, publish its saves while it runs, pass stop signals on, scan once more, prune.
+
+The cli parses and checks the flags and installs the signal handlers (they call :meth:`Signals.note`); this
+module owns the rest of the sequence, with the process launcher and the batch system as parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from publish.errors import Failure, PublishError, UsageError
+from publish.frameworks import Framework
+from publish.stores.base import EXEC, Store
+from publish.verbs import Say
+from publish.verbs.resolve import resolve
+from publish.verbs.watch import SignalStop, Watcher, _bounded
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Callable, Protocol
+
+    class Child(Protocol):
+        """COMMAND once started: its exit status (``Popen.returncode`` style) and a way to signal it."""
+
+        def poll(self) -> int | None: ...
+        def signal(self, signum: int) -> None: ...
+
+    Launch = Callable[[list[str], dict[str, str]], Child]
+
+POLL = 0.1  # how often the exit of COMMAND is looked for while no signal arrives
+
+
+class Signals(SignalStop):
+    """A :class:`SignalStop` that also keeps the stop signals received, in order (``append`` takes no lock)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.received: list[int] = []
+
+    def note(self, signum: int) -> None:
+        self.received.append(signum)
+        self.set()
+
+    def wait_past(self, count: int, timeout: float) -> None:
+        """Return once more than ``count`` signals were received, or after ``timeout`` seconds."""
+        import select
+
+        ready, _, _ = select.select([self._read], [], [], 0 if len(self.received) > count else timeout)
+        if ready:
+            os.read(self._read, 4096)  # the wake-up bytes; a flood of signals never fills the pipe
+
+
+def parse_signal(text: str) -> int:
+    """``USR1``, ``SIGUSR1`` or ``10``: a signal a handler can catch, other than SIGCHLD."""
+    name = text.upper()
+    try:
+        sig = (
+            signal.Signals(int(name))
+            if name.isdigit()
+            else signal.Signals[name if name[:3] == "SIG" else "SIG" + name]
+        )
+    except (KeyError, ValueError):
+        raise ValueError("not a signal name") from None
+    if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+        raise ValueError(f"{sig.name} cannot be caught and passed on")
+    return int(sig)
+
+
+def signame(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def attempt_and_epoch(attempt: str, epoch: int | None, env: Mapping[str, str]) -> tuple[str, int]:
+    """The attempt and epoch when neither flag nor environment gave them (``""`` and None: derive).
+
+    On Slurm the attempt is ``<job>.<restarts>``, ``<array job>_<task>.<restarts>`` for an array task;
+    elsewhere ``<host>-<pid>-<ns>``.  The epoch is the wall clock in nanoseconds: it grows with each dispatch
+    as long as the nodes' clocks are kept in step, and two dispatches in the same second still differ."""
+    now = time.time_ns()
+    if not attempt:
+        job = env.get("SLURM_JOB_ID", "")
+        task = env.get("SLURM_ARRAY_TASK_ID", "")
+        array = env.get("SLURM_ARRAY_JOB_ID", "")
+        restarts = env.get("SLURM_RESTART_COUNT", "") or "0"
+        if job:
+            attempt = f"{array}_{task}.{restarts}" if array and task else f"{job}.{restarts}"
+        else:
+            attempt = f"{os.uname().nodename}-{os.getpid()}-{now:x}"
+    return attempt, now if epoch is None else epoch
+
+
+class Batch:
+    """The batch system around ``publish run``: Slurm when ``SLURM_JOB_ID`` is set, else nothing."""
+
+    def __init__(self, env: Mapping[str, str], timeout: float) -> None:
+        self.env = dict(env)
+        self.job = env.get("SLURM_JOB_ID", "")
+        self.timeout = timeout
+
+    def _run(self, *argv: str, limit: float = 10) -> str:
+        try:
+            r = subprocess.run(
+                argv, env=self.env, capture_output=True, text=True, timeout=min(self.timeout, limit)
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise Failure(f"{argv[0]}: {e}") from None
+        if r.returncode != 0:
+            raise Failure(f"{' '.join(argv)}: exit {r.returncode}: {r.stderr.strip()[:500]}")
+        return r.stdout
+
+    def signal_steps(self, signum: int) -> None:
+        """Signal the job's steps, not its batch step (``scancel`` without ``-b`` or ``-f``)."""
+        self._run("scancel", f"--signal={signame(signum)[3:]}", self.job)
+
+    def steps_left(self) -> bool:
+        """True while a step of the job other than the batch and extern steps is still listed."""
+        out = self._run("squeue", "-h", "-s", "-j", self.job, "-o", "%i")
+        return any(s and not s.endswith((".batch", ".extern")) for s in out.split())
+
+    def state(self) -> str:
+        return self._run("squeue", "-h", "-j", self.job, "-o", "%T").strip()
+
+    def requeue(self) -> None:
+        self._run("scontrol", "requeue", self.job, limit=60)
+
+
+class Process:
+    """COMMAND in a process group of its own, so a signal reaches all of it (a wrapping shell script too).
+
+    An ``srun`` inside a Slurm job is signalled through ``scancel`` instead: srun answers SIGTERM by killing
+    its tasks with SIGKILL, while the step's tasks get what scancel sends them."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], batch: Batch | None) -> None:
+        try:
+            self.popen = subprocess.Popen(argv, env=env, process_group=0)
+        except OSError as e:
+            raise Failure(f"cannot start {argv[0]}: {e.strerror or e}") from None
+        self.batch = batch
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def signal(self, signum: int) -> None:
+        if self.batch is not None:
+            self.batch.signal_steps(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):  # exited (and reaped) meanwhile
+            os.killpg(self.popen.pid, signum)
+
+
+def is_srun(argv: Sequence[str]) -> bool:
+    return os.path.basename(argv[0]) == "srun"
+
+
+class _Scanner:
+    """The periodic scans, in a thread of their own so a slow or hung store never delays a signal.
+
+    A failed scan is reported (once per distinct message) and retried every interval; COMMAND keeps running."""
+
+    def __init__(self, watcher: Watcher, say: Say, interval: float, timeout: float) -> None:
+        self.watcher = watcher
+        self.say = say
+        self.interval = interval
+        self.timeout = timeout
+        self.halt = threading.Event()
+        self.fault = False
+        self.thread = threading.Thread(target=self._loop, name="publish-run-scans", daemon=True)
+
+    def _loop(self) -> None:
+        last = ""
+        while not self.halt.is_set():
+            try:
+                self.watcher.scan(self.timeout)
+                if last:
+                    self.say.warn("run: scans work again")
+                last = ""
+            except Exception as e:  # reported; COMMAND is never stopped for a fault of publish
+                self.fault = True
+                text = describe(e)
+                if text != last:
+                    self.say.warn(f"{text} (COMMAND keeps running; the scan is tried again every -interval)")
+                last = text
+            self.halt.wait(self.interval)
+
+
+def describe(e: BaseException) -> str:
+    if isinstance(e, PublishError):
+        return str(e)
+    if isinstance(e, OSError):
+        return f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}"
+    return f"internal error: {type(e).__name__}: {e}"
+
+
+def status_of(returncode: int) -> int:
+    """A shell's status for ``Popen.returncode``: 128+N for a process killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run(
+    store: Store,
+    say: Say,
+    framework: Framework,
+    attempt: str,
+    epoch: int,
+    command: list[str],
+    *,
+    env: Mapping[str, str],
+    root: str,
+    interval: float,
+    timeout: float,
+    signals: Signals,
+    keep: int | None = None,
+    resume_arg: str = "",
+    requeue: bool = False,
+    launch: Launch | None = None,
+    batch: Batch | None = None,
+) -> int:
+    """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish."""
+    if requeue and (batch is None or not batch.job):
+        raise UsageError("-requeue needs a Slurm job (SLURM_JOB_ID is not set)")
+    saves = f"{EXEC}/{attempt}"
+    found: list[str] = []
+    resolve(store, Say(found.append, say.warn))
+    resume = found[0] if found else ""
+    say.warn(f"run: resuming from {resume}" if resume else "run: no save to resume from")
+
+    child_env = dict(env)
+    child_env.update(
+        CHECKPOINT=root,
+        DISPATCH_ATTEMPT=attempt,
+        DISPATCH_EPOCH=str(epoch),
+        PUBLISH_SAVES=store.location(saves),
+    )
+    child_env.pop("PUBLISH_RESUME", None)
+    argv = list(command)
+    if resume:
+        child_env["PUBLISH_RESUME"] = resume
+        if resume_arg:
+            argv += [resume_arg, resume]
+
+    watcher = Watcher(store, say, framework, saves, epoch)
+    if signals.received:
+        say.warn(f"run: stopped by {signame(signals.received[0])} before {argv[0]} started")
+        return _finish(say, status_of(-signals.received[0]), False, None, keep, requeue, batch)
+    through_srun = batch is not None and bool(batch.job) and is_srun(argv)
+    if launch is None:
+        child: Child = Process(argv, child_env, batch if through_srun else None)
+    else:
+        child = launch(argv, child_env)
+    scanner = _Scanner(watcher, say, interval, timeout)
+    scanner.thread.start()
+
+    passed = 0
+    fault = False
+    while True:
+        code = child.poll()
+        while passed < len(signals.received):
+            sig = signals.received[passed]
+            passed += 1
+            if code is None:
+                _pass_on(sig, child, batch, say, argv[0])
+        if code is not None:
+            break
+        signals.wait_past(passed, POLL)
+    status = status_of(code)
+    stopped = bool(signals.received)
+
+    deadline = time.monotonic() + timeout
+    if stopped and through_srun and batch is not None:
+        # srun waits for its tasks after a job-wide signal (as tested); should it return first, the tasks may
+        # still be writing the save they make on that signal.
+        try:
+            while batch.steps_left() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        except PublishError as e:
+            say.warn(f"run: could not wait for the job's steps: {e}")
+    scanner.halt.set()
+    scanner.thread.join(max(deadline - time.monotonic(), 0))
+    scanned = False
+    if scanner.thread.is_alive():
+        say.warn(f"a scan of {store.location(saves)} did not finish within -timeout: no last scan")
+        fault = True
+    else:
+        try:
+            _bounded(watcher, max(deadline - time.monotonic(), 0.001))
+            scanned = True
+        except Exception as e:
+            say.warn(describe(e))
+            fault = True
+    fault = fault or scanner.fault
+    return _finish(say, status, fault, store if scanned else None, keep, requeue and stopped, batch)
+
+
+def _pass_on(sig: int, child: Child, batch: Batch | None, say: Say, name: str) -> None:
+    """Send ``sig`` to COMMAND, unless Slurm has sent it to every process of the job already.
+
+    scancel and scontrol requeue make the job COMPLETING before they signal it (and scancel would wait on such
+    a job until KillWait); the warning signal and ``scancel -b`` leave it RUNNING: only publish run heard."""
+    if batch is not None and batch.job:
+        try:
+            state = batch.state()
+        except PublishError:
+            state = ""  # not known: pass it on
+        if state and state != "RUNNING":
+            say.warn(f"run: job {batch.job} is {state}: Slurm signalled every process of it, {name} too")
+            return
+    say.warn(f"run: passing {signame(sig)} on to {name}")
+    try:
+        child.signal(sig)
+    except PublishError as e:  # COMMAND's own exit status tells what came of it
+        say.warn(f"run: could not pass {signame(sig)} on: {e}")
+
+
+def _finish(
+    say: Say,
+    status: int,
+    fault: bool,
+    store: Store | None,
+    keep: int | None,
+    requeue: bool,
+    batch: Batch | None,
+) -> int:
+    """Prune (after a last scan that finished), requeue when asked, and the exit status."""
+    if keep is not None:
+        if store is None:
+            say.warn("run: prune left out: the last scan did not finish")
+        else:
+            from publish.verbs.prune import prune
+
+            try:
+                prune(store, say, keep)
+            except Exception as e:
+                say.warn(describe(e))
+                fault = True
+    if requeue and batch is not None:
+        try:
+            state = batch.state()
+            # After scancel or scontrol requeue the job is COMPLETING: Slurm ends it or brings it back itself,
+            # and a requeue now would revive a job someone cancelled.
+            if state == "RUNNING":
+                batch.requeue()
+                say.warn(f"run: asked Slurm to requeue job {batch.job}")
+            else:
+                say.warn(f"run: job {batch.job} is {state or 'gone'}: not requeued")
+        except PublishError as e:
+            say.warn(f"run: requeue failed: {e}")
+            fault = True
+    if fault and status == 0:
+        return 1
+    return status
