@@ -25,6 +25,7 @@ from publish.cli import main
 from publish.stores.posix import PosixStore
 from publish.verbs import Say
 from publish.verbs.prune import plan, prune
+from tests import dcp_shapes
 from tests.conftest import Watch, run_cli
 from tests.test_crash import Driver
 
@@ -239,7 +240,7 @@ def test_resolve_and_watch_are_not_confused_by_tomb(tmp_path: Path) -> None:
     assert (r.code, r.out, r.err) == (0, f"{root}/exec/A/checkpoint-1\n", "")
     # watch reads SAVES (below the root, exec/<attempt> by default) and pub/, never tomb/.
     (root / "exec" / "A" / "step_7").mkdir()
-    (root / "exec" / "A" / "step_7" / ".metadata").write_bytes(b"")
+    dcp_shapes.write_save(root / "exec" / "A" / "step_7")
     w = Watch("-checkpoint", str(root), "-framework", "dcp", "-interval", "100ms", "-attempt", "A")
     assert w.next_line().startswith(f"published {layout.name(0, 7, 'exec/A/step_7')} ")
     code, err = w.stop()
