@@ -30,7 +30,7 @@ SYNOPSIS = {
     "resolve": f"publish resolve {_ROOT_FLAGS} [-probe]",
     "watch": f"publish watch {_ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-epoch N] [-attempt A] [SAVES]",
     "publish": f"publish publish {_ROOT_FLAGS} [-epoch N] SAVE STEP",
-    "prune": f"publish prune {_ROOT_FLAGS} [-keep 3]",
+    "prune": f"publish prune {_ROOT_FLAGS} [-keep 3] [-dry-run]",
     "probe": "publish probe -checkpoint s3://BUCKET/PREFIX -creds LIST [-proxy URL] [-timeout 5m]",
 }
 SUMMARY = {
@@ -98,6 +98,7 @@ def _flags(verb: str) -> FlagSet:
         )
     if verb == "prune":
         fs.integer("keep", 3, "how many of the latest publications to keep", minimum=1)
+        fs.boolean("dry-run", False, "print what would be removed (would remove <location>), remove nothing")
     return fs
 
 
@@ -253,7 +254,7 @@ def _execute(run: _Run, say: Say, stop: Stop | None) -> None:
     elif verb == "prune":
         from publish.verbs.prune import prune
 
-        prune(store, say, int(fs.value("keep")))
+        prune(store, say, int(fs.value("keep")), dry_run=bool(fs.value("dry-run")))
     elif verb == "watch":
         import threading
 
