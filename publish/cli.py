@@ -31,6 +31,7 @@ SYNOPSIS = {
     "watch": f"publish watch {_ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-epoch N] [-attempt A] [SAVES]",
     "publish": f"publish publish {_ROOT_FLAGS} [-epoch N] SAVE STEP",
     "prune": f"publish prune {_ROOT_FLAGS} [-keep 3] [-dry-run]",
+    "status": f"publish status {_ROOT_FLAGS} [-keep N] [-json]",
     "probe": "publish probe -checkpoint s3://BUCKET/PREFIX -creds LIST [-proxy URL] [-timeout 5m]",
 }
 SUMMARY = {
@@ -38,6 +39,7 @@ SUMMARY = {
     "watch": "publish each save once it is complete, until SIGTERM or SIGINT",
     "publish": "publish one complete save",
     "prune": "remove all but the latest publications and the folders only they named",
+    "status": "show what a root holds: publications, unpublished saves, leftovers, pending prunes",
     "probe": "check that an S3 root and its credentials work, before a job is accepted",
     "version": "print the version",
     "help": "print this list",
@@ -99,6 +101,9 @@ def _flags(verb: str) -> FlagSet:
     if verb == "prune":
         fs.integer("keep", 3, "how many of the latest publications to keep", minimum=1)
         fs.boolean("dry-run", False, "print what would be removed (would remove <location>), remove nothing")
+    if verb == "status":
+        fs.integer("keep", 0, "also show what prune -keep `N` would remove", minimum=1)
+        fs.boolean("json", False, "print one JSON document (version 1) instead of text")
     return fs
 
 
@@ -255,6 +260,11 @@ def _execute(run: _Run, say: Say, stop: Stop | None) -> None:
         from publish.verbs.prune import prune
 
         prune(store, say, int(fs.value("keep")), dry_run=bool(fs.value("dry-run")))
+    elif verb == "status":
+        from publish.verbs.status import status
+
+        keep = int(fs.value("keep")) if fs.is_set("keep") else None
+        status(store, say, keep, as_json=bool(fs.value("json")))
     elif verb == "watch":
         import threading
 
