@@ -11,7 +11,7 @@ import pytest
 from publish import layout
 from publish.verbs import status as status_module
 from tests.conftest import Result, command, need, run_cli
-from tests.servers import FaultProxy, S3Server, Weed
+from tests.servers import FaultProxy, Respond, S3Server, Weed
 from tests.test_cli_s3 import Root
 from tests.test_prune_crash import tree
 
@@ -248,3 +248,22 @@ def test_s3_status_sends_one_list_per_attempt(weed: Weed, tmp_path: Path, fault_
     # exec/ itself, then each of its 4 attempts once (folders and files in one LIST); the saves' own checks
     # read inside the saves.
     assert sorted(exec_lists) == sorted(f"{root.prefix}/exec/{a}" for a in ("", "A/", "B/", "C/", "old/"))
+
+
+def test_a_save_the_store_refuses_to_read_is_faulty_on_posix(tmp_path: Path) -> None:
+    root = posix_root(tmp_path)
+    (root / "exec/A/checkpoint-4/trainer_state.json").symlink_to("../checkpoint-3/trainer_state.json")
+    d = doc(run_cli("status", "-checkpoint", str(root), "-json"))
+    hf4 = [s for s in d["saves"] if s["path"] == "exec/A/checkpoint-4" and s["framework"] == "hf"]
+    assert [s["state"] for s in hf4] == ["faulty"]
+    assert hf4[0]["message"].startswith(f"{root}/exec/A/checkpoint-4/trainer_state.json")
+
+
+def test_s3_a_store_error_in_a_check_fails_the_verb(
+    weed: Weed, tmp_path: Path, fault_proxy: FaultProxy
+) -> None:
+    root = s3_filled(Root(weed, tmp_path, endpoint=fault_proxy.endpoint))
+    fault_proxy.add(Respond(403, "AccessDenied", "Access Denied."), kind="GET")
+    r = root.run("status")
+    assert (r.code, r.out) == (1, "")
+    assert r.err.startswith("publish: store: ") and "AccessDenied" in r.err

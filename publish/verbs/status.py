@@ -7,7 +7,7 @@ is incomplete, or that a framework's check refuses, is reported, never a failure
 from __future__ import annotations
 
 from publish import layout
-from publish.errors import Failure
+from publish.errors import Failure, StoreError
 from publish.frameworks import FRAMEWORKS
 from publish.stores.base import EXEC, PUB, TOMB, Store
 from publish.verbs import Say
@@ -40,6 +40,8 @@ def _check(store: Store, framework: str, path: str, step: int) -> tuple[str, str
     """A framework's verdict on the save at ``path``: complete, incomplete or faulty (with the message)."""
     try:
         whole = FRAMEWORKS[framework].complete(store, path, step)
+    except StoreError:
+        raise  # the store failing (a refusal, the -timeout passed) is not the save's fault: fail as resolve does
     except (Failure, OSError) as e:
         return "faulty", str(e)
     return ("complete" if whole else "incomplete"), ""
