@@ -99,10 +99,10 @@ def _flags(verb: str) -> FlagSet:
             "epoch", None, "the dispatch epoch `N` (env DISPATCH_EPOCH; default 0)", _decimal("epoch"), "N"
         )
     if verb == "prune":
-        fs.integer("keep", 3, "how many of the latest publications to keep", minimum=1)
+        fs.integer("keep", 3, "how many of the latest publications to keep", minimum=1, int64=True)
         fs.boolean("dry-run", False, "print what would be removed (would remove <location>), remove nothing")
     if verb == "status":
-        fs.integer("keep", 0, "also show what prune -keep `N` would remove", minimum=1)
+        fs.integer("keep", 0, "also show what prune -keep `N` would remove", minimum=1, int64=True)
         fs.boolean("json", False, "print one JSON document (version 1) instead of text")
     return fs
 
