@@ -9,6 +9,8 @@ from typing import Any, Callable
 import pytest
 
 from publish import layout
+from publish.errors import Failure
+from publish.stores.posix import PosixStore
 from publish.verbs import status as status_module
 from tests.conftest import Result, command, need, run_cli
 from tests.servers import FaultProxy, Respond, S3Server, Weed
@@ -82,6 +84,7 @@ def expected(root: str, keep: int | None) -> dict[str, Any]:
             save("exec/B/checkpoint-9", "dcp", 9, "incomplete"),
         ],
         "unnamed": [{"path": "exec/A/junk", "location": loc("exec/A/junk")}],
+        "unreadable": [],
         "tombstones": [{"path": "exec/old/checkpoint-0", "location": loc("exec/old/checkpoint-0")}],
         "prune": None
         if keep is None
@@ -158,6 +161,7 @@ def test_status_of_an_empty_root(tmp_path: Path) -> None:
         "attempts": {"total": 0, "looked_into": 0},
         "saves": [],
         "unnamed": [],
+        "unreadable": [],
         "tombstones": [],
         "prune": None,
     }
@@ -267,3 +271,25 @@ def test_s3_a_store_error_in_a_check_fails_the_verb(
     r = root.run("status")
     assert (r.code, r.out) == (1, "")
     assert r.err.startswith("publish: store: ") and "AccessDenied" in r.err
+
+
+def test_an_attempt_that_cannot_be_read_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    need(command() is None, "makes one attempt unreadable in the in-process command")
+    root = posix_root(tmp_path)
+    real = PosixStore.list_folders
+
+    def list_folders(self: PosixStore, path: str) -> list[str]:
+        if path == "exec/B":
+            raise Failure(f"{self.location(path)}: Permission denied")
+        return real(self, path)
+
+    monkeypatch.setattr(PosixStore, "list_folders", list_folders)
+    d = doc(run_cli("status", "-checkpoint", str(root), "-json"))
+    message = f"{root}/exec/B: Permission denied"
+    assert d["unreadable"] == [{"path": "exec/B", "location": f"{root}/exec/B", "message": message}]
+    assert [s for s in d["saves"] if s["path"].startswith("exec/B/")] == []
+    assert len(d["saves"]) == 5  # the other attempts' saves are all there
+    r = run_cli("status", "-checkpoint", str(root))
+    assert r.code == 0
+    at = r.lines.index("attempts under exec/ that could not be read:")
+    assert r.lines[at + 1] == f"  {message}"

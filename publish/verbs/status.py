@@ -70,8 +70,16 @@ def collect(store: Store, keep: int | None) -> dict[str, Any]:
     looked = attempts[-ATTEMPT_LIMIT:]
     saves: list[dict[str, Any]] = []
     unnamed: list[dict[str, str]] = []
+    unreadable: list[dict[str, str]] = []
     for attempt in looked:
-        folders, files = _children(store, f"{EXEC}/{attempt}")
+        where = f"{EXEC}/{attempt}"
+        try:
+            folders, files = _children(store, where)
+        except StoreError:
+            raise
+        except (Failure, OSError) as e:  # one attempt's folder (a permission, a link the store refuses)
+            unreadable.append({"path": where, "location": store.location(where), "message": str(e)})
+            continue
         candidates = [(n, "folder") for n in folders] + [(n, "file") for n in files]
         for child, kind in sorted(candidates):
             path = f"{EXEC}/{attempt}/{child}"
@@ -106,6 +114,7 @@ def collect(store: Store, keep: int | None) -> dict[str, Any]:
         "attempts": {"total": len(attempts), "looked_into": len(looked)},
         "saves": saves,
         "unnamed": unnamed,
+        "unreadable": unreadable,
         "tombstones": [{"path": f, "location": store.location(f)} for f in tombs],
         "prune": None,
     }
@@ -152,6 +161,11 @@ def text(doc: dict[str, Any]) -> list[str]:
         f"folders under {EXEC}/<attempt>/ that no entry names and no framework's naming rule matches:"
     )
     lines += [f"  {u['location']}" for u in doc["unnamed"]]
+    if doc["unreadable"]:
+        lines.append(f"attempts under {EXEC}/ that could not be read:")
+        for u in doc["unreadable"]:  # a store's message names the folder already, as a rule
+            named_by = u["message"].startswith(u["location"])
+            lines.append(f"  {u['message']}" if named_by else f"  {u['location']}: {u['message']}")
     lines.append(f"tombstones in {doc['root']}/{TOMB} (an interrupted prune; the next prune finishes them):")
     lines += [f"  {t['location']}" for t in doc["tombstones"]]
     plan = doc["prune"]
