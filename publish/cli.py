@@ -30,7 +30,8 @@ SYNOPSIS = {
     "resolve": f"publish resolve {_ROOT_FLAGS} [-probe]",
     "watch": f"publish watch {_ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-epoch N] [-attempt A] [SAVES]",
     "publish": f"publish publish {_ROOT_FLAGS} [-epoch N] SAVE STEP",
-    "prune": f"publish prune {_ROOT_FLAGS} [-keep 3]",
+    "prune": f"publish prune {_ROOT_FLAGS} [-keep 3] [-dry-run]",
+    "status": f"publish status {_ROOT_FLAGS} [-keep N] [-json]",
     "probe": "publish probe -checkpoint s3://BUCKET/PREFIX -creds LIST [-proxy URL] [-timeout 5m]",
     "run": f"publish run {_ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-keep N] [-epoch N] "
     "[-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]",
@@ -40,6 +41,7 @@ SUMMARY = {
     "watch": "publish each save once it is complete, until SIGTERM or SIGINT",
     "publish": "publish one complete save",
     "prune": "remove all but the latest publications and the folders only they named",
+    "status": "show what a root holds: publications, unpublished saves, leftovers, pending prunes",
     "probe": "check that an S3 root and its credentials work, before a job is accepted",
     "run": "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune",
     "version": "print the version",
@@ -112,7 +114,8 @@ def _flags(verb: str) -> FlagSet:
             "N",
         )
     if verb == "prune":
-        fs.integer("keep", 3, "how many of the latest publications to keep", minimum=1)
+        fs.integer("keep", 3, "how many of the latest publications to keep", minimum=1, int64=True)
+        fs.boolean("dry-run", False, "print what would be removed (would remove <location>), remove nothing")
     if verb == "run":
         from publish.flags import parse_decimal
         from publish.verbs.run import parse_signal
@@ -126,6 +129,9 @@ def _flags(verb: str) -> FlagSet:
             "signal", None, "a `SIG` passed on as SIGTERM and SIGINT are (e.g. USR1)", parse_signal, "SIG"
         )
         fs.boolean("requeue", False, "Slurm only: after a stop by a signal, ask Slurm to run the job again")
+    if verb == "status":
+        fs.integer("keep", 0, "also show what prune -keep `N` would remove", minimum=1, int64=True)
+        fs.boolean("json", False, "print one JSON document (version 1) instead of text")
     return fs
 
 
@@ -289,7 +295,12 @@ def _execute(run: _Run, say: Say, stop: Stop | None) -> int:
     elif verb == "prune":
         from publish.verbs.prune import prune
 
-        prune(store, say, int(fs.value("keep")))
+        prune(store, say, int(fs.value("keep")), dry_run=bool(fs.value("dry-run")))
+    elif verb == "status":
+        from publish.verbs.status import status
+
+        keep = int(fs.value("keep")) if fs.is_set("keep") else None
+        status(store, say, keep, as_json=bool(fs.value("json")))
     elif verb == "watch":
         import threading
 

@@ -388,10 +388,19 @@ class FlagSet:
         *,
         minimum: int | None = None,
         below: int | None = None,
+        int64: bool = False,
     ) -> None:
-        """A plain decimal integer (an optional ``-``, ASCII digits), with ``minimum <= n < below``."""
+        """A plain decimal integer (an optional ``-``, ASCII digits), with ``minimum <= n < below``.
+
+        ``int64``: a Go ``int`` flag first, so a value outside [-2^63, 2^63) is Go's ``value out of range``
+        whatever the bounds say."""
 
         def parse(text: str) -> int:
+            if int64:
+                try:
+                    parse_decimal(text, minimum=-(1 << 63), below=1 << 63)
+                except ValueError as e:
+                    raise ValueError(_OUT_OF_RANGE if str(e) != _PARSE_ERROR else _PARSE_ERROR) from None
             return parse_decimal(text, minimum=minimum, below=below)
 
         shown = None if default == 0 else str(default)

@@ -45,7 +45,7 @@ def flagset() -> FlagSet:
     fs.boolean("v", True, "verbose")
     fs.duration("timeout", 300.0, "time a verb may take")
     fs.duration("interval", 10.0, "time between scans")
-    fs.integer("keep", 3, "saves to keep", minimum=1)
+    fs.integer("keep", 3, "saves to keep", minimum=1, int64=True)
     fs.integer("epoch", 0, "the epoch", minimum=0, below=10**20)
     fs.integer("any", 0, "any integer")
     fs.custom("mode", None, "a or b", _parse_keep, metavar="MODE")
@@ -295,7 +295,7 @@ def test_boolean_flag_invalid_messages(arg: str, message: str) -> None:
         ("keep", "1", 1),
         ("keep", "5", 5),
         ("keep", "007", 7),
-        ("keep", "99999999999999999999999", 99999999999999999999999),
+        ("keep", "9223372036854775807", INT64_MAX),  # the greatest Go int
         ("epoch", "0", 0),
         ("epoch", "00", 0),
         ("epoch", "-0", 0),
@@ -329,7 +329,12 @@ def test_integer_parse_errors(text: str) -> None:
         ("keep", "-1", "must be at least 1"),
         ("keep", "-0", "must be at least 1"),
         ("keep", "000", "must be at least 1"),
-        ("keep", "-" + "9" * 5000, "must be at least 1"),
+        ("keep", "-9223372036854775808", "must be at least 1"),  # a Go int, below the minimum
+        ("keep", "-9223372036854775809", "value out of range"),  # not a Go int: Go's word for it
+        ("keep", "9223372036854775808", "value out of range"),
+        ("keep", "0" * 5000 + "9223372036854775808", "value out of range"),
+        ("keep", "-" + "9" * 5000, "value out of range"),
+        ("keep", "9" * 5000, "value out of range"),
         ("epoch", "-1", "must be at least 0"),
         ("epoch", "100000000000000000000", "must be below 100000000000000000000"),
         ("epoch", "100000000000000000001", "must be below 100000000000000000000"),
@@ -359,13 +364,29 @@ def test_integer_round_trip_out_of_range(n: int) -> None:
     assert usage_error(["-epoch", str(n)]) == f'invalid value "{n}" for flag -epoch: {why}'
 
 
-@given(st.integers(min_value=-(10**30), max_value=10**30))
+@given(
+    st.integers(min_value=-(10**30), max_value=10**30)
+    | st.sampled_from([INT64_MAX, INT64_MAX + 1, INT64_MIN, INT64_MIN - 1])
+)
 def test_integer_round_trip_keep(n: int) -> None:
-    if n >= 1:
+    """-keep is a Go int: outside int64 Go's ``value out of range``; inside it, below 1, our minimum."""
+    if not INT64_MIN <= n <= INT64_MAX:
+        assert usage_error(["-keep", str(n)]) == f'invalid value "{n}" for flag -keep: value out of range'
+    elif n >= 1:
         fs, _ = parsed(["-keep", str(n)])
         assert fs.value("keep") == n
     else:
         assert usage_error(["-keep", str(n)]) == f'invalid value "{n}" for flag -keep: must be at least 1'
+
+
+@pytest.mark.parametrize("verb", ["prune", "status"])
+def test_the_commands_keep_is_a_go_int(verb: str) -> None:
+    from publish.cli import _flags
+
+    with pytest.raises(UsageError) as info:
+        _flags(verb).parse(["-keep", "9223372036854775808"])
+    assert str(info.value) == 'invalid value "9223372036854775808" for flag -keep: value out of range'
+    assert _flags(verb).parse(["-keep", str(INT64_MAX)]) == []
 
 
 @pytest.mark.parametrize(

@@ -41,26 +41,55 @@ def plan(entries: list[layout.Entry], keep: int) -> tuple[list[layout.Entry], li
     return gone, unrelated(gone, layout.Nest([k.path for k in kept]))
 
 
-def prune(store: Store, say: Say, keep: int) -> None:
-    """Prune the root, finishing first what an interrupted prune recorded in tomb/."""
+class Schedule:
+    """What a prune of given entries and tombstones does: the entries it removes, the tombstones it writes
+    and drops, and the folders it removes in order (``resumed`` from tomb/, then its own ``folders``)."""
+
+    __slots__ = ("gone", "folders", "recorded", "stale", "resumed")
+
+    def __init__(self, entries: list[layout.Entry], tombs: list[str], keep: int) -> None:
+        self.gone, kept_entries = split(entries, keep)
+        kept = layout.Nest([k.path for k in kept_entries])
+        self.folders = unrelated(self.gone, kept)
+        planned, self.recorded = set(self.folders), set(tombs)
+        # A recorded folder that a remaining entry relates to (published again since) stays, and only its
+        # tombstone goes.  Every other one is removed with this prune's own folders, after the entries: an
+        # entry about to go may still name it, or a folder inside it.
+        self.stale = [f for f in tombs if f not in planned and kept.related(f)]
+        self.resumed = sorted(f for f in tombs if f not in planned and not kept.related(f))
+
+    def removals(self) -> list[str]:
+        return self.resumed + self.folders
+
+
+def read_schedule(store: Store, keep: int) -> Schedule:
+    """Check the root and read pub/ and tomb/ as prune does (the same Failures), and plan the prune."""
     store.check_root()
     entries = layout.parse_all(store.list_entries(), store.location(PUB))
     tombs = layout.parse_tombs(store.list_tombs(), store.location(TOMB))
-    gone, kept_entries = split(entries, keep)
-    kept = layout.Nest([k.path for k in kept_entries])
-    folders = unrelated(gone, kept)
-    planned, recorded = set(folders), set(tombs)
-    # A recorded folder that a remaining entry relates to (published again since) stays, and only its
-    # tombstone goes.  Every other one is removed with this prune's own folders, after the entries: an entry
-    # about to go may still name it, or a folder inside it.
-    stale = [f for f in tombs if f not in planned and kept.related(f)]
-    resumed = sorted(f for f in tombs if f not in planned and not kept.related(f))
-    store.create_tombs([layout.tomb_name(f) for f in folders if f not in recorded])
-    if gone:
+    return Schedule(entries, tombs, keep)
+
+
+def prune(store: Store, say: Say, keep: int, dry_run: bool = False) -> None:
+    """Prune the root, finishing first what an interrupted prune recorded in tomb/.
+
+    ``dry_run``: the same reads and checks, then ``would remove <location>`` per folder the prune would
+    remove, and nothing written."""
+    sched = read_schedule(store, keep)
+    if dry_run:
+        for line in would_remove(store, sched):
+            if line.startswith("would remove "):
+                say.out(line)
+            else:
+                say.warn(line)
+        return
+    folders = sched.folders
+    store.create_tombs([layout.tomb_name(f) for f in folders if f not in sched.recorded])
+    if sched.gone:
         # Entries first: a crash never leaves one naming a missing save.
-        store.remove_entries([e.name for e in gone])
-    store.remove_tombs([layout.tomb_name(f) for f in stale])
-    for folder in resumed + folders:
+        store.remove_entries([e.name for e in sched.gone])
+    store.remove_tombs([layout.tomb_name(f) for f in sched.stale])
+    for folder in sched.removals():
         result = store.remove_folder(folder)
         if result.link:
             say.warn(
@@ -69,3 +98,61 @@ def prune(store: Store, say: Say, keep: int) -> None:
         elif result.removed:
             say.out(f"removed {store.location(folder)}")
         store.remove_tombs([layout.tomb_name(folder)])  # after its folder: a crash before leaves it to finish
+
+
+def would_remove(store: Store, sched: Schedule) -> list[str]:
+    """The lines a prune following ``sched`` would print, with ``would`` in them, reading only: ``would
+    remove <location>`` per folder that is there, and (for stderr) a folder a link would keep in place.
+
+    A folder inside one removed before it is gone by then; one holding folders removed before it is
+    removed (S3: printed) only when something else is left in it."""
+    lines = []
+    removed: list[str] = []
+    done: set[str] = set()
+    for folder in sched.removals():
+        parts = folder.split("/")
+        if any("/".join(parts[:i]) in done for i in range(1, len(parts) + 1)):
+            continue
+        link = _link_on_path(store, folder)
+        if link:
+            lines.append(
+                f"prune: would leave {store.location(folder)} in place: {store.location(link)} is a symbolic link"
+            )
+            continue
+        if store.holds(folder):
+            # POSIX removes the folder itself; S3 only the objects, which earlier removals may have taken.
+            inner = (
+                []
+                if store.cheap_listing
+                else [r[len(folder) + 1 :] for r in removed if r.startswith(folder + "/")]
+            )
+            if not inner or _more_than(store, folder, inner):
+                lines.append(f"would remove {store.location(folder)}")
+        removed.append(folder)
+        done.add(folder)
+    return lines
+
+
+def _more_than(store: Store, folder: str, inner: list[str]) -> bool:
+    """True when an object under ``folder`` lies outside every folder of ``inner`` (S3: one LIST)."""
+    return any(not any(key == i or key.startswith(i + "/") for i in inner) for key in store.sizes(folder))
+
+
+def _link_on_path(store: Store, folder: str) -> str:
+    """On POSIX, the first element of ``folder`` below the root that is a symbolic link (remove_folder leaves
+    such a folder in place), or ``""``."""
+    if not store.cheap_listing:
+        return ""  # S3 has no links
+    import os
+    import stat
+
+    parts = folder.split("/")
+    for i in range(len(parts)):
+        rel = "/".join(parts[: i + 1])
+        try:
+            st = os.lstat(os.path.join(store.root, rel))
+        except OSError:
+            return ""  # missing (or not a folder): remove_folder finds nothing there either
+        if stat.S_ISLNK(st.st_mode):
+            return rel
+    return ""

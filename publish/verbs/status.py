@@ -1,0 +1,175 @@
+"""status: what a root holds, read only: publications, unpublished saves under exec/, leftovers, tombstones.
+
+It fails only where resolve or prune would (the root, a bad name in pub/ or tomb/, the store); a save that
+is incomplete, or that a framework's check refuses, is reported, never a failure.
+"""
+
+from __future__ import annotations
+
+from publish import layout
+from publish.errors import Failure, StoreError
+from publish.frameworks import FRAMEWORKS
+from publish.stores.base import EXEC, PUB, TOMB, Store
+from publish.verbs import Say
+from publish.verbs.prune import Schedule, would_remove
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+#: The attempts under exec/ looked into (the greatest names): one LIST each on S3, so thousands would take
+#: minutes.  The others are counted, not listed.
+ATTEMPT_LIMIT = 200
+
+VERSION = 1
+
+
+def _children(store: Store, path: str) -> tuple[list[str], list[str]]:
+    """The child folders and the files directly in ``path``: one LIST on S3, two directory reads on POSIX."""
+    client = getattr(store, "client", None)
+    key = getattr(store, "key", None)
+    if client is not None and key is not None:
+        folder = key(path) + "/"
+        listing = client.list(folder, "/")
+        folders = [p[len(folder) :].rstrip("/") for p in listing.prefixes]
+        return folders, [k[len(folder) :] for k in listing.keys if k != folder]
+    return store.list_folders(path), store.list_files(path)
+
+
+def _check(store: Store, framework: str, path: str, step: int) -> tuple[str, str]:
+    """A framework's verdict on the save at ``path``: complete, incomplete or faulty (with the message)."""
+    try:
+        whole = FRAMEWORKS[framework].complete(store, path, step)
+    except StoreError:
+        raise  # the store failing (a refusal, the -timeout passed) is not the save's fault: fail as resolve does
+    except (Failure, OSError) as e:
+        return "faulty", str(e)
+    return ("complete" if whole else "incomplete"), ""
+
+
+def collect(store: Store, keep: int | None) -> dict[str, Any]:
+    """The status document (README: "publish status -json")."""
+    store.check_root()
+    entries = layout.parse_all(store.list_entries(), store.location(PUB))
+    tombs = layout.parse_tombs(store.list_tombs(), store.location(TOMB))
+    publications = [
+        {
+            "entry": e.name,
+            "epoch": e.epoch,
+            "step": e.step,
+            "path": e.path,
+            "location": store.location(e.path),
+            "exists": store.holds(e.path),
+        }
+        for e in sorted(entries, key=layout.Entry.key, reverse=True)
+    ]
+    published = {e.path for e in entries}
+    doomed = set(tombs)  # listed as tombstones, not as saves or leftovers
+    named = layout.Nest(list(published))
+    attempts = sorted(store.list_folders(EXEC))
+    looked = attempts[-ATTEMPT_LIMIT:]
+    saves: list[dict[str, Any]] = []
+    unnamed: list[dict[str, str]] = []
+    unreadable: list[dict[str, str]] = []
+    for attempt in looked:
+        where = f"{EXEC}/{attempt}"
+        try:
+            folders, files = _children(store, where)
+        except StoreError:
+            raise
+        except (Failure, OSError) as e:  # one attempt's folder (a permission, a link the store refuses)
+            unreadable.append({"path": where, "location": store.location(where), "message": str(e)})
+            continue
+        candidates = [(n, "folder") for n in folders] + [(n, "file") for n in files]
+        for child, kind in sorted(candidates):
+            path = f"{EXEC}/{attempt}/{child}"
+            parts = path.split("/")
+            if any("/".join(parts[:i]) in doomed for i in range(1, len(parts) + 1)):
+                continue
+            matched = False
+            for name, fw in FRAMEWORKS.items():
+                step = fw.step(child)
+                if step is None or (fw.kind == "files") != (kind == "file"):
+                    continue
+                matched = True
+                if path in published:
+                    continue
+                state, message = _check(store, name, path, step)
+                saves.append(
+                    {
+                        "path": path,
+                        "location": store.location(path),
+                        "framework": name,
+                        "step": step,
+                        "state": state,
+                        "message": message,
+                    }
+                )
+            if not matched and kind == "folder" and not named.related(path):
+                unnamed.append({"path": path, "location": store.location(path)})
+    doc: dict[str, Any] = {
+        "version": VERSION,
+        "root": store.root,
+        "publications": publications,
+        "attempts": {"total": len(attempts), "looked_into": len(looked)},
+        "saves": saves,
+        "unnamed": unnamed,
+        "unreadable": unreadable,
+        "tombstones": [{"path": f, "location": store.location(f)} for f in tombs],
+        "prune": None,
+    }
+    if keep is not None:
+        sched = Schedule(entries, tombs, keep)
+        doc["prune"] = {
+            "keep": keep,
+            "entries": [e.name for e in sched.gone],
+            "lines": would_remove(store, sched),
+        }
+    return doc
+
+
+def status(store: Store, say: Say, keep: int | None, as_json: bool = False) -> None:
+    """Print the status document, as one JSON line or as text for a person."""
+    doc = collect(store, keep)
+    if as_json:
+        import json
+
+        say.out(json.dumps(doc, ensure_ascii=True))
+        return
+    for line in text(doc):
+        say.out(line)
+
+
+def text(doc: dict[str, Any]) -> list[str]:
+    """The status document as lines for a person."""
+    pubs = doc["publications"]
+    lines = [f"publications in {doc['root']}/{PUB}: {len(pubs)}, newest first"]
+    for p in pubs:
+        there = "exists" if p["exists"] else "MISSING"
+        lines.append(f"  epoch {p['epoch']} step {p['step']} {p['location']} ({there})")
+    att = doc["attempts"]
+    head = f"saves not published under {doc['root']}/{EXEC}/ ({att['total']} attempts"
+    if att["looked_into"] < att["total"]:
+        head += f", the last {att['looked_into']} by name looked into"
+    lines.append(head + ")")
+    for state in ("complete", "incomplete", "faulty"):
+        for s in doc["saves"]:
+            if s["state"] == state:
+                why = f": {s['message']}" if s["message"] else ""
+                lines.append(f"  {state:<10} {s['location']} ({s['framework']}, step {s['step']}){why}")
+    lines.append(
+        f"folders under {EXEC}/<attempt>/ that no entry names and no framework's naming rule matches:"
+    )
+    lines += [f"  {u['location']}" for u in doc["unnamed"]]
+    if doc["unreadable"]:
+        lines.append(f"attempts under {EXEC}/ that could not be read:")
+        for u in doc["unreadable"]:  # a store's message names the folder already, as a rule
+            named_by = u["message"].startswith(u["location"])
+            lines.append(f"  {u['message']}" if named_by else f"  {u['location']}: {u['message']}")
+    lines.append(f"tombstones in {doc['root']}/{TOMB} (an interrupted prune; the next prune finishes them):")
+    lines += [f"  {t['location']}" for t in doc["tombstones"]]
+    plan = doc["prune"]
+    if plan is not None:
+        lines.append(f"prune -keep {plan['keep']} would remove entries: {len(plan['entries'])}, and:")
+        lines += [f"  {line}" for line in plan["lines"]]
+    return lines
