@@ -236,7 +236,6 @@ class PosixStore:
         return True
 
     def remove_entries(self, names: list[str]) -> None:
-        pub = self._full(PUB)
         root_fd = self._open_root()
         try:
             fd = self._open_top(root_fd, PUB)
@@ -245,17 +244,22 @@ class PosixStore:
         if fd is None:
             return
         try:
-            for name in names:
-                try:
-                    os.unlink(name, dir_fd=fd)
-                except FileNotFoundError:
-                    pass
-                except OSError as e:
-                    raise Failure(f"{pub}/{name}: {_why(e)}") from None
-            if names:
-                fsops.fsync_fd(fd)
+            self._unlink_all(fd, PUB, names)
         finally:
             os.close(fd)
+
+    def _unlink_all(self, fd: int, where: str, names: list[str]) -> None:
+        """Unlink each of ``names`` in the directory ``fd`` (``where``, for messages), then fsync it; a name
+        already gone is fine."""
+        for name in names:
+            try:
+                os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise Failure(f"{self._full(where)}/{name}: {_why(e)}") from None
+        if names:
+            fsops.fsync_fd(fd)
 
     def holds(self, path: str) -> bool:
         return self._lstat(path) is not None
@@ -451,14 +455,7 @@ class PosixStore:
         if fd is None:
             return
         try:
-            for name in names:
-                try:
-                    os.unlink(name, dir_fd=fd)
-                except FileNotFoundError:
-                    pass
-                except OSError as e:
-                    raise Failure(f"{self._full(TOMB)}/{name}: {_why(e)}") from None
-            fsops.fsync_fd(fd)
+            self._unlink_all(fd, TOMB, names)
         finally:
             os.close(fd)
 
