@@ -504,6 +504,12 @@ def _trap_run(signals: Any, extra: int | None) -> Callable[[], None]:
 
 def run() -> int:
     """The console entry point."""
+    # A byte of an argument or a path that is not UTF-8 reaches Python as a lone surrogate; written back with
+    # surrogateescape it is that byte again, as Go writes it (and a printed path names the same file).
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="surrogateescape")
     try:
         return main(sys.argv[1:], os.environ, sys.stdout, sys.stderr)
     except BrokenPipeError:

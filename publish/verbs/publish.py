@@ -10,8 +10,14 @@ from publish.verbs import Say
 
 def publish_entry(store: Store, say: Say, epoch: int, step: int, path: str) -> bool:
     """Create the entry for the save at ``path``; print it, or say it was already there.  True when created."""
-    name = layout.name(epoch, step, path)
     where = store.location(path)
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # a byte that is not UTF-8 in a name, kept by Python as a lone surrogate
+        raise Failure(
+            f"save {where}: its path below the root is not UTF-8, which an entry name must be"
+        ) from None
+    name = layout.name(epoch, step, path)
     if store.create_entry(name):
         say.out(f"published {name} (epoch {epoch}, step {step}, {where})")
         return True
