@@ -1,5 +1,8 @@
 """Write a real DCP save with two gloo ranks on the CPU: ``python -m tests.dcp_writer PATH [--no-collectives]``.
 
+A PATH ``s3://BUCKET/KEY`` is written by torch's ``FsspecWriter`` through s3fs, to the endpoint and with the
+key in ``DCP_S3_ENDPOINT``, ``DCP_S3_KEY`` and ``DCP_S3_SECRET``.
+
 Run as a script (torch.multiprocessing spawns the ranks); the tests call it in a subprocess so no process
 group leaks into the test process.
 """
@@ -30,7 +33,18 @@ def _rank(rank: int, path: str, port: int, collectives: bool) -> None:
             "model": {"w": torch.full((64, 64), float(rank)), f"only{rank}": torch.arange(100)},
             "step": 7,
         }
-        dcp.save(state, storage_writer=FileSystemWriter(path), use_collectives=collectives)
+        if path.startswith("s3://"):
+            from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+            options = {
+                "endpoint_url": os.environ["DCP_S3_ENDPOINT"],
+                "key": os.environ["DCP_S3_KEY"],
+                "secret": os.environ["DCP_S3_SECRET"],
+            }
+            writer = FsspecWriter(path, **options)
+        else:
+            writer = FileSystemWriter(path)
+        dcp.save(state, storage_writer=writer, use_collectives=collectives)
     finally:
         dist.destroy_process_group()
 

@@ -3,6 +3,7 @@ uploaders land them, marker first."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import uuid
@@ -74,6 +75,37 @@ def test_dcp_a_real_two_rank_save_uploaded_marker_first(s3root: Root, tmp_path: 
         s3root.put(f"exec/A/step-7/{name}", (real / name).read_bytes())
         w.scan(30)
         assert s3root.steps() == ([7] if i == len(names) - 1 else [])
+
+
+@pytest.mark.torch
+def test_dcp_a_real_save_written_by_fsspec_writer_to_s3(s3_server: S3Server, s3root: Root) -> None:
+    """torch's FsspecWriter (through s3fs) writes each rank's shards, then .metadata by a copy of
+    .metadata.tmp: watch publishes the save once, whole."""
+    try:
+        import s3fs  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError:
+        need(False, "torch and s3fs are needed for FsspecWriter on S3")
+    url = f"s3://{s3root.bucket}/{s3root.prefix}/exec/A/step-11"
+    env = {
+        **os.environ,
+        "DCP_S3_ENDPOINT": s3_server.endpoint,
+        "DCP_S3_KEY": s3_server.access_key,
+        "DCP_S3_SECRET": s3_server.secret_key,
+    }
+    writer = subprocess.Popen([sys.executable, "-m", "tests.dcp_writer", url], cwd=REPO, env=env)
+    w = s3root.watcher("dcp")
+    try:
+        while writer.poll() is None:  # scans while the ranks write: nothing half-written is published
+            w.scan(30)
+            for line in s3root.out:
+                assert s3root.store.read("exec/A/step-11/.metadata", 1 << 20) is not None, line
+    finally:
+        assert writer.wait(timeout=300) == 0
+    w.scan(30)
+    assert s3root.steps() == [11]
+    names = sorted(s3root.store.sizes("exec/A/step-11"))
+    assert ".metadata" in names and sum(n.endswith(".distcp") for n in names) == 2
 
 
 def test_dcp_per_rank_metadata_is_said_once_and_never_published(s3root: Root) -> None:
