@@ -165,7 +165,14 @@ class Connector:
 
     def _connect(self, host: str, port: int, who: str) -> socket.socket:
         try:
-            sock = socket.create_connection((host, port), timeout=self._left())
+            try:
+                sock = socket.create_connection((host, port), timeout=self._left())
+            except socket.gaierror:
+                if not (host.endswith(".") and host.strip(".")):
+                    raise
+                # A fully qualified name that only the hosts file holds: glibc matches "localhost." to no
+                # line of it, Go's resolver matches it to "localhost".  Ask for the name without its dot.
+                sock = socket.create_connection((host.rstrip("."), port), timeout=self._left())
         except socket.gaierror:
             raise Unreachable(f"{who} does not answer: cannot resolve host name {host}") from None
         except (socket.timeout, TimeoutError):
@@ -186,7 +193,7 @@ class Connector:
             raise TLSFailure(f"{who}: TLS handshake failed: {_reason(e)}") from None
 
     def _wrap(self, sock: socket.socket, ctx: ssl.SSLContext, host: str, who: str) -> ssl.SSLSocket:
-        ssock = ctx.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+        ssock = ctx.wrap_socket(sock, server_hostname=host.rstrip("."), do_handshake_on_connect=False)
 
         def handshake() -> None:
             ssock.settimeout(self._left())

@@ -67,7 +67,7 @@ class TLSStream:
         self.inner = inner
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
-        self._obj = ctx.wrap_bio(self._in, self._out, server_hostname=hostname)
+        self._obj = ctx.wrap_bio(self._in, self._out, server_hostname=hostname.rstrip("."))
         self._call(self._obj.do_handshake)
 
     def _flush(self) -> None:

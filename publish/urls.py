@@ -5,7 +5,27 @@ from __future__ import annotations
 import ipaddress
 import re
 
-_HOST_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
+# A DNS name (labels of letters, digits, '_' and inner '-', at most 63 each, an optional trailing dot: a
+# name already fully qualified) or an IPv4 literal, which has that shape too.
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOST_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
+
+
+def host_name_ok(host: str) -> bool:
+    """True when ``host`` is a DNS name (a trailing dot allowed) or an IPv4 literal: the one rule for every
+    URL the command takes (endpoints, proxies, vault locations)."""
+    return len(host) <= 254 and host.isascii() and _HOST_RE.fullmatch(host) is not None
+
+
+def ipv6_why(literal: str) -> str:
+    """Why the text between ``[`` and ``]`` is not an IPv6 address we connect to, or ``""`` when it is."""
+    if "%" in literal:
+        return "an IPv6 zone (%) is not supported"
+    try:
+        ipaddress.IPv6Address(literal)
+    except ValueError:
+        return "invalid IPv6 address"
+    return ""
 
 
 def _split_url(url: str, what: str) -> tuple[str, str, int]:
@@ -37,10 +57,9 @@ def _split_url(url: str, what: str) -> tuple[str, str, int]:
             raise ValueError(f"{what} URL has an unterminated IPv6 address")
         host = netloc[1:end]
         port_text = netloc[end + 1 :]
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise ValueError(f"{what} URL has an invalid IPv6 address") from None
+        why = ipv6_why(host)
+        if why:
+            raise ValueError(f"{what} URL has {why}")
         if port_text and not port_text.startswith(":"):
             raise ValueError(f"{what} URL has text after the IPv6 address")
         port_text = port_text[1:] if port_text else ""
@@ -50,9 +69,9 @@ def _split_url(url: str, what: str) -> tuple[str, str, int]:
         has_port = bool(has_colon)
         if not host:
             raise ValueError(f"{what} URL has no host")
-        if not _HOST_RE.match(host) or ".." in host:
+        if not host_name_ok(host):
             raise ValueError(f"{what} URL has an invalid host name")
-    if has_port:
+    if has_port and port_text:  # "host:" is the scheme's port, as Go's net/url reads it
         if not port_text.isascii() or not port_text.isdigit() or not 0 < int(port_text) < 65536:
             raise ValueError(f"{what} URL port must be a number from 1 to 65535")
         port = int(port_text)

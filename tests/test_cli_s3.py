@@ -426,6 +426,19 @@ def test_https_endpoint_trusted_through_ssl_cert_file(https_root: tuple[Root, Te
     assert front.handshakes >= 2
 
 
+def test_https_endpoint_named_with_a_trailing_dot_verifies_against_the_name(
+    weed: Weed, tmp_path: Path, https_root: tuple[Root, TestCA, TLSFront]
+) -> None:
+    """``https://localhost.:PORT``, a fully qualified name as Go's net/url accepts it, is checked against the
+    certificate's ``localhost``, as Go's TLS client checks it."""
+    _, ca, front = https_root
+    root = Root(weed, tmp_path, endpoint=f"https://localhost.:{front.port}")
+    root.put("exec/A/c/x")
+    r = root.run("publish", f"{root.url}/exec/A/c", "1", env={"SSL_CERT_FILE": ca.pem})
+    assert r.code == 0, r.err
+    assert root.run("resolve", env={"SSL_CERT_FILE": ca.pem}).out == f"{root.url}/exec/A/c\n"
+
+
 def test_https_endpoint_with_the_wrong_ca_is_refused(
     https_root: tuple[Root, TestCA, TLSFront], tmp_path: Path
 ) -> None:

@@ -25,6 +25,11 @@ PROXY_OK = [
     ("http://[::1]:8080", "http://[::1]:8080"),
     ("https://[2001:db8::1]", "https://[2001:db8::1]:443"),
     ("http://p:00080", "http://p:80"),
+    # as Go's net/url reads them: a fully qualified name, and an empty port (the scheme's)
+    ("http://proxy.example.:3128", "http://proxy.example.:3128"),
+    ("http://p:", "http://p:80"),
+    ("https://p:/", "https://p:443"),
+    ("http://under_score.example", "http://under_score.example:80"),
 ]
 
 PROXY_BAD = [
@@ -42,7 +47,6 @@ PROXY_BAD = [
     ("http://p#frag", "query or fragment"),
     ("http://p:0", "port must be a number from 1 to 65535"),
     ("http://p:65536", "port must be a number from 1 to 65535"),
-    ("http://p:", "port must be a number from 1 to 65535"),
     ("http://p:-1", "port must be a number from 1 to 65535"),
     ("http://p:hunter2", "port must be a number from 1 to 65535"),
     ("http://p:१२३", "port must be a number from 1 to 65535"),
@@ -53,6 +57,17 @@ PROXY_BAD = [
     ("http://[::1]x", "text after the IPv6"),
     ("http://a..b", "invalid host name"),
     ("http://-a", "invalid host name"),
+    ("http://a-.b", "invalid host name"),
+    ("http://a.-b", "invalid host name"),
+    ("http://a..", "invalid host name"),
+    ("http://.a", "invalid host name"),
+    ("http://%61", "invalid host name"),  # %-escaped ASCII, which Go's url.Parse refuses in a host
+    ("http://h%2Eexample", "invalid host name"),
+    ("http://bücher.example", "invalid host name"),  # a name in Unicode: give its xn-- form
+    ("http://" + "a" * 64 + ".example", "invalid host name"),  # a label over 63
+    ("http://[fe80::1%25eth0]:80", "IPv6 zone"),
+    ("http://[fe80::1%eth0]", "IPv6 zone"),
+    ("http://p:٣١٢٨", "port must be a number from 1 to 65535"),
     ("http://a b", "whitespace or control"),
     ("http://a\nb", "whitespace or control"),
 ]

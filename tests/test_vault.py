@@ -97,6 +97,11 @@ def test_parse_every_key() -> None:
 def test_parse_host_forms() -> None:
     assert parse_location("HTTPS://[::1]:8200/s?auth=kubernetes&role=r").base_url == "https://[::1]:8200"
     assert parse_location("https://vault/s?auth=kubernetes&role=r").base_url == "https://vault"
+    # as Go's net/url reads them: an empty port is the scheme's; a fully qualified name keeps its dot
+    assert parse_location("https://vault:/s?auth=kubernetes&role=r").base_url == "https://vault"
+    assert parse_location("https://vault.example.:8200/s?auth=kubernetes&role=r").base_url == (
+        "https://vault.example.:8200"
+    )
 
 
 @pytest.mark.parametrize(
@@ -172,7 +177,8 @@ def test_parse_host_forms() -> None:
         ("https:///team/s3?auth=kubernetes&role=r", "has no host"),
         ("https://v:99999/team/s3?auth=kubernetes&role=r", "port"),
         ("https://v:0/team/s3?auth=kubernetes&role=r", "port"),
-        ("https://v:/team/s3?auth=kubernetes&role=r", "port"),
+        ("https://[fe80::1%25eth0]:8200/team/s3?auth=kubernetes&role=r", "IPv6 zone"),
+        ("https://a..b:8200/team/s3?auth=kubernetes&role=r", "malformed host"),
         ("https://v:http/team/s3?auth=kubernetes&role=r", "port"),
         ("https://[::1/team/s3?auth=kubernetes&role=r", "["),
         ("https://va ult/team/s3?auth=kubernetes&role=r", "host"),

@@ -24,9 +24,6 @@ SECRET_FIELDS = ("access_key_id", "secret_access_key", "session_token")  # never
 KINDS = ("secret", "file", "vault")
 
 _REGION = re.compile(r"[a-z0-9-]+\Z")
-_HOSTNAME = re.compile(
-    r"[A-Za-z0-9]([A-Za-z0-9_-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9_-]*[A-Za-z0-9])?)*\.?\Z"
-)
 
 
 class NotAnswering(Exception):
@@ -106,12 +103,13 @@ def split_host_port(authority: str) -> tuple[str, str]:
         if end < 0:
             raise ValueError("has an unclosed [ in its host")
         host, rest = authority[: end + 1], authority[end + 1 :]
-        import ipaddress
+        from publish.urls import ipv6_why
 
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            raise ValueError("has a malformed IPv6 host") from None
+        why = ipv6_why(host[1:-1])
+        if why == "invalid IPv6 address":
+            raise ValueError("has a malformed IPv6 host")
+        if why:
+            raise ValueError(f"has {why}")
         if rest and not rest.startswith(":"):
             raise ValueError("has text after its IPv6 host")
         port = rest[1:] if rest else ""
@@ -121,9 +119,12 @@ def split_host_port(authority: str) -> tuple[str, str]:
         has_colon = bool(has_colon_sep)
         if not host:
             raise ValueError("has no host")
-        if not _HOSTNAME.match(host):
+        from publish.urls import host_name_ok
+
+        if not host_name_ok(host):
             raise ValueError("has a malformed host")
-    if has_colon and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+    # "host:" is the scheme's port, as Go's net/url reads it
+    if has_colon and port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
         raise ValueError("has a malformed port; want 1 to 65535")
     return host, port
 
