@@ -329,3 +329,35 @@ def test_deepspeed_a_folder_is_whole_when_latest_names_it(tmp_path: Path) -> Non
     assert published_steps(lines) == [10, 30]  # 20 was never named by latest while watch looked
     w.scan(None)
     assert published_steps(lines) == [10, 30]
+
+
+@pytest.mark.torch
+def test_hf_a_real_sharded_save_uploaded_state_first_waits_for_its_last_shard(tmp_path: Path) -> None:
+    """transformers' own save_pretrained writes the shards and model.safetensors.index.json; copied as a
+    parallel uploader lands them (trainer_state.json and the index first), the save is published only
+    once its last shard is there."""
+    need(_have("transformers"), "transformers is not installed")
+    import transformers
+
+    from tests.test_trainer_state import real_state
+
+    real = tmp_path / "real"
+    config = transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100
+    )
+    transformers.BertModel(config).save_pretrained(real, max_shard_size="20KB")
+    shards = sorted(p.name for p in real.iterdir() if p.name.endswith(".safetensors"))
+    assert len(shards) > 2 and (real / "model.safetensors.index.json").exists()
+    root = tmp_path / "ckpt"
+    folder = root / "exec" / "A" / "checkpoint-8"
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_bytes(real_state(8))
+    for name in ("model.safetensors.index.json", "config.json"):
+        shutil.copy(real / name, folder / name)
+    w, lines = scanner(root, "hf")
+    for i, name in enumerate(shards):
+        w.scan(None)
+        assert lines.out == [], f"published with {i} of {len(shards)} shards"
+        shutil.copy(real / name, folder / name)
+    w.scan(None)
+    assert published_steps(lines) == [8]
