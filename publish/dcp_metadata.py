@@ -30,6 +30,9 @@ _ALLOWED = frozenset(
         ("builtins", "object"),
         ("builtins", "set"),
         ("builtins", "frozenset"),
+        # an Enum member pickled by name (TensorProperties' memory format, on some Python 3.11 releases):
+        # getattr(<the enum's record>, "NAME"), which here only builds one more record
+        ("builtins", "getattr"),
         # StorageMeta.checkpoint_id is the path the writer was given, often a pathlib.Path
         ("pathlib", "Path"),
         ("pathlib", "PosixPath"),

@@ -21,11 +21,20 @@ class Obj:
         self.module, self.name, self.state = module, name, state
 
 
+class Raw:
+    """Pickle opcodes written as they are, for shapes other writers produce."""
+
+    def __init__(self, code: bytes) -> None:
+        self.code = code
+
+
 def dumps(obj: object) -> bytes:
     out = bytearray(b"\x80\x02")
 
     def emit(o: object) -> None:
-        if isinstance(o, Obj):
+        if isinstance(o, Raw):
+            out.extend(o.code)
+        elif isinstance(o, Obj):
             out.extend(f"c{o.module}\n{o.name}\n".encode())
             out.extend(b")\x81")
             emit(o.state)

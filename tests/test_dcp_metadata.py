@@ -78,7 +78,8 @@ class _Call:
         (eval, "eval"),
         (exec, "exec"),
         (subprocess.Popen, "Popen"),
-        (getattr, "getattr"),
+        (setattr, "setattr"),
+        (open, "open"),
         (__import__, "__import__"),
     ],
 )
@@ -94,6 +95,31 @@ def test_a_pickle_that_names_a_callable_runs_nothing_and_is_a_fault(
     assert str(e.value).startswith("/r/exec/a/step-1/.metadata: names ")
     assert name in str(e.value)
     assert not canary.exists()
+
+
+def test_getattr_builds_only_a_record_and_calling_that_is_a_fault(tmp_path: Path) -> None:
+    """getattr is allowed because an Enum member can be pickled as getattr(Enum, "NAME"): it then builds one
+    more inert record, so getattr(<torch record>, "system")("touch ...") has nothing to call."""
+    canary = tmp_path / "ran"
+    data = b"cbuiltins\ngetattr\n(ctorch\nSize\nS'system'\ntR(S'touch " + str(canary).encode() + b"'\ntR."
+    with pytest.raises(Failure, match="does not read as a DCP .metadata"):
+        storage_ends(data, "m")
+    assert not canary.exists()
+
+
+def test_an_enum_member_pickled_by_name_is_read() -> None:
+    """The form Python 3.11.2's enum writes: getattr(_MEM_FORMAT_ENCODING, "TORCH_CONTIGUOUS_FORMAT")."""
+    from tests.dcp_shapes import Raw
+
+    member = Raw(
+        b"cbuiltins\ngetattr\nctorch.distributed.checkpoint.metadata\n_MEM_FORMAT_ENCODING\n"
+        b"X\x17\x00\x00\x00TORCH_CONTIGUOUS_FORMAT\x86R"
+    )
+    data = metadata(
+        {"w": {"relative_path": "__0_0.distcp", "offset": 0, "length": 9}}, state_dict_metadata={"m": member}
+    )
+    assert b"getattr" in data
+    assert storage_ends(data, "m") == {"__0_0.distcp": 9}
 
 
 def test_a_call_hidden_inside_an_allowed_structure_is_still_refused(tmp_path: Path) -> None:
