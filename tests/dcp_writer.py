@@ -37,7 +37,7 @@ def _rank(rank: int, path: str, port: int, collectives: bool) -> None:
             from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
             options = {
-                "endpoint_url": os.environ["DCP_S3_ENDPOINT"],
+                "client_kwargs": {"endpoint_url": os.environ["DCP_S3_ENDPOINT"]},
                 "key": os.environ["DCP_S3_KEY"],
                 "secret": os.environ["DCP_S3_SECRET"],
             }

@@ -186,7 +186,10 @@ def test_publish_killed_at_random_moments(tmp_path: Path) -> None:
         if not killed:
             assert entry in after
         created += killed and entry in after
-        if killed and not created and i >= 20:
+        if not killed:
+            # publish finished before the kill: the calibration ran slower than these runs; come back in
+            span *= 0.95
+        elif not created and i >= 20:
             # The fastest calibration run can be well ahead of these runs on a busy machine, and the window
             # after the entry exists (two fsyncs and a line) is short: reach further until kills land there.
             span *= 1.05
