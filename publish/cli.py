@@ -8,8 +8,9 @@ import time
 
 from publish import __version__, layout, redact, roots
 from publish.errors import Failure, PublishError, UsageError
-from publish.flags import FlagSet, HelpRequested, go_quote
+from publish.flags import FlagSet, HelpRequested
 from publish.frameworks import FRAMEWORKS
+from publish.gocompat import go_quote
 from publish.redact import line as guarded
 from publish.redact import quoted, shown
 from publish.stores.base import EXEC
@@ -117,7 +118,7 @@ def _flags(verb: str) -> FlagSet:
         fs.integer("keep", 3, "how many of the latest publications to keep", minimum=1, int64=True)
         fs.boolean("dry-run", False, "print what would be removed (would remove <location>), remove nothing")
     if verb == "run":
-        from publish.flags import parse_decimal
+        from publish.gocompat import parse_decimal
         from publish.verbs.run import parse_signal
 
         fs.custom(

@@ -5,314 +5,36 @@ a boolean flag never takes the next argument (``-probe=false`` sets it false); p
 argument that is not a flag (a lone ``-`` included) or after ``--``, which is consumed; a flag given twice
 keeps the last value; names are never abbreviated. Errors are ``UsageError`` with Go's text.
 
-Also here, for other parsers that follow the same rules: ``parse_go_bool`` (``strconv.ParseBool``),
-``parse_duration`` (``time.ParseDuration``, in seconds), ``format_duration`` (``Duration.String``),
-``parse_decimal`` (the integers of ``-keep``, ``-epoch``, STEP) and ``go_quote`` (Go's ``%q``).
+The value parsers it shares with the rest of the command (``strconv.ParseBool``, ``time.ParseDuration``,
+``%q``, plain decimals) live in ``publish.gocompat``.
 """
 
 from __future__ import annotations
 
 from publish.errors import UsageError
+from publish.gocompat import (
+    OUT_OF_RANGE,
+    PARSE_ERROR,
+    format_duration,
+    go_quote,
+    parse_decimal,
+    parse_duration_ns,
+    parse_go_bool,
+)
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-__all__ = [
-    "FlagSet",
-    "HelpRequested",
-    "format_duration",
-    "format_duration_ns",
-    "go_quote",
-    "parse_decimal",
-    "parse_duration",
-    "parse_duration_ns",
-    "parse_go_bool",
-]
+__all__ = ["FlagSet", "HelpRequested"]
 
 # The `why` Go's flag package gives for any value its own types cannot parse.
-_PARSE_ERROR = "parse error"
-_OUT_OF_RANGE = "value out of range"
+_PARSE_ERROR = PARSE_ERROR
+_OUT_OF_RANGE = OUT_OF_RANGE
 
 
 class HelpRequested(Exception):
     """-h, -help or --help given (and not defined as a flag): print usage, exit 0."""
-
-
-# --- Go's strconv.ParseBool
-
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-
-
-def parse_go_bool(text: str) -> bool:
-    """Parse a boolean as Go's ``strconv.ParseBool`` does; ``ValueError`` for anything else."""
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError(f"invalid boolean {go_quote(text)}")
-
-
-# --- Go's time.ParseDuration and Duration.String
-
-_NANOSECOND = 1
-_MICROSECOND = 1000 * _NANOSECOND
-_MILLISECOND = 1000 * _MICROSECOND
-_SECOND = 1000 * _MILLISECOND
-_MINUTE = 60 * _SECOND
-_HOUR = 60 * _MINUTE
-
-_UNITS = {
-    "ns": _NANOSECOND,
-    "us": _MICROSECOND,
-    "\u00b5s": _MICROSECOND,  # micro sign
-    "\u03bcs": _MICROSECOND,  # Greek small letter mu
-    "ms": _MILLISECOND,
-    "s": _SECOND,
-    "m": _MINUTE,
-    "h": _HOUR,
-}
-
-_MAX_U63 = 1 << 63
-
-
-def _is_digit(c: str) -> bool:
-    return "0" <= c <= "9"
-
-
-def parse_duration_ns(text: str) -> int:
-    """Parse ``text`` exactly as Go's ``time.ParseDuration``; return nanoseconds (an int64 value).
-
-    ``[-+]?([0-9]*(\\.[0-9]*)?[a-z]+)+`` with units ns, us, µs, μs, ms, s, m, h; ``0`` needs no unit.
-    ``ValueError`` carries Go's message (``time: invalid duration "x"``...).
-    """
-    orig = text
-    invalid = f"time: invalid duration {_time_quote(orig)}"
-    s = text
-    neg = False
-    if s and s[0] in "+-":
-        neg = s[0] == "-"
-        s = s[1:]
-    if s == "0":
-        return 0
-    if not s:
-        raise ValueError(invalid)
-    d = 0
-    while s:
-        if not (s[0] == "." or _is_digit(s[0])):
-            raise ValueError(invalid)
-        # Leading integer, with Go's overflow checks.
-        i = 0
-        v = 0
-        while i < len(s) and _is_digit(s[i]):
-            if v > _MAX_U63 // 10:
-                raise ValueError(invalid)
-            v = v * 10 + ord(s[i]) - ord("0")
-            if v > _MAX_U63:
-                raise ValueError(invalid)
-            i += 1
-        pre = i > 0
-        s = s[i:]
-        # Optional fraction; precision stops accumulating on overflow, as in Go.
-        f = 0
-        scale = 1.0
-        post = False
-        if s and s[0] == ".":
-            s = s[1:]
-            i = 0
-            overflow = False
-            while i < len(s) and _is_digit(s[i]):
-                if not overflow:
-                    if f > (_MAX_U63 - 1) // 10:
-                        overflow = True
-                    else:
-                        y = f * 10 + ord(s[i]) - ord("0")
-                        if y > _MAX_U63:
-                            overflow = True
-                        else:
-                            f = y
-                            scale *= 10
-                i += 1
-            post = i > 0
-            s = s[i:]
-        if not pre and not post:
-            raise ValueError(invalid)
-        # The unit: everything up to the next digit or '.'.
-        i = 0
-        while i < len(s) and not (s[i] == "." or _is_digit(s[i])):
-            i += 1
-        if i == 0:
-            raise ValueError(f"time: missing unit in duration {_time_quote(orig)}")
-        u = s[:i]
-        s = s[i:]
-        unit = _UNITS.get(u)
-        if unit is None:
-            raise ValueError(f"time: unknown unit {_time_quote(u)} in duration {_time_quote(orig)}")
-        if v > _MAX_U63 // unit:
-            raise ValueError(invalid)
-        v *= unit
-        if f > 0:
-            # Go converts the float product to uint64, truncating toward zero.
-            v += int(float(f) * (float(unit) / scale))
-            if v > _MAX_U63:
-                raise ValueError(invalid)
-        d += v
-        if d > _MAX_U63:
-            raise ValueError(invalid)
-    if neg:
-        return -d
-    if d > _MAX_U63 - 1:
-        raise ValueError(invalid)
-    return d
-
-
-def parse_duration(text: str) -> float:
-    """Parse ``text`` as Go's ``time.ParseDuration``; return seconds. Zero and negative values parse."""
-    return parse_duration_ns(text) / _SECOND
-
-
-def _fmt_frac(v: int, prec: int) -> tuple[str, int]:
-    digits = ""
-    printing = False
-    for _ in range(prec):
-        digit = v % 10
-        printing = printing or digit != 0
-        if printing:
-            digits = str(digit) + digits
-        v //= 10
-    return ("." + digits if printing else ""), v
-
-
-def format_duration(seconds: float) -> str:
-    """Format a duration as Go's ``Duration.String`` does (``5m0s``, ``1.5s``, ``300ms``, ``1h0m0s``).
-
-    ``seconds`` is rounded to the nanosecond. An ``int`` is taken as seconds as well.
-    """
-    return format_duration_ns(round(seconds * _SECOND))
-
-
-def format_duration_ns(ns: int) -> str:
-    """Go's ``Duration.String`` for a count of nanoseconds."""
-    neg = ns < 0
-    u = -ns if neg else ns
-    if u < _SECOND:
-        if u == 0:
-            return "0s"
-        if u < _MICROSECOND:
-            prec, unit = 0, "ns"
-        elif u < _MILLISECOND:
-            prec, unit = 3, "\u00b5s"
-        else:
-            prec, unit = 6, "ms"
-        frac, u = _fmt_frac(u, prec)
-        out = f"{u}{frac}{unit}"
-    else:
-        frac, u = _fmt_frac(u, 9)
-        out = f"{u % 60}{frac}s"
-        u //= 60
-        if u > 0:
-            out = f"{u % 60}m{out}"
-            u //= 60
-            if u > 0:
-                out = f"{u}h{out}"
-    return "-" + out if neg else out
-
-
-# --- Go's quoting
-
-_SIMPLE_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
-
-
-def go_quote(text: str) -> str:
-    """Quote ``text`` as Go's ``%q`` (``strconv.Quote``) does.
-
-    Bytes that were not UTF-8 (decoded by Python as ``surrogateescape``, U+DC80..U+DCFF) come out as
-    ``\\xNN``, as Go prints the invalid bytes of a string.
-    """
-    out = ['"']
-    for ch in text:
-        cp = ord(ch)
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif 0xDC80 <= cp <= 0xDCFF:
-            out.append(f"\\x{cp - 0xDC00:02x}")
-        elif ch.isprintable():
-            out.append(ch)
-        elif ch in _SIMPLE_ESCAPES:
-            out.append(_SIMPLE_ESCAPES[ch])
-        elif cp < 0x20 or cp == 0x7F:
-            out.append(f"\\x{cp:02x}")
-        elif 0xD800 <= cp <= 0xDFFF:
-            out.append("\\ufffd")
-        elif cp < 0x10000:
-            out.append(f"\\u{cp:04x}")
-        else:
-            out.append(f"\\U{cp:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-def _time_quote(text: str) -> str:
-    """The ``quote`` of Go's time package: ``"`` and ``\\`` escaped, control and non-ASCII bytes as ``\\xNN``."""
-    out = ['"']
-    for ch in text:
-        cp = ord(ch)
-        if cp < 0x20 or cp >= 0x80:
-            try:
-                raw = ch.encode("utf-8", "surrogateescape")  # a byte that was not UTF-8 in argv
-            except UnicodeEncodeError:
-                raw = "\ufffd".encode()
-            out.extend(f"\\x{b:02x}" for b in raw)
-        elif ch in ('"', "\\"):
-            out.append("\\" + ch)
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-# --- The flag set
-
-
-def _decimal(text: str) -> bool:
-    """``-?[0-9]+``, without importing re on the start-up path."""
-    body = text[1:] if text.startswith("-") else text
-    return body.isascii() and body.isdigit()
-
-
-def parse_decimal(text: str, *, minimum: int | None = None, below: int | None = None) -> int:
-    """A plain decimal integer (an optional ``-`` and ASCII digits; no ``+``, ``0x``, ``_`` or spaces).
-
-    ``ValueError`` says why: ``parse error`` (Go's word for a malformed number), ``must be at least N``,
-    ``must be below N``, or ``value out of range`` (longer than Python reads, with no bound to compare).
-    """
-    if not _decimal(text):
-        raise ValueError(_PARSE_ERROR)
-    negative = text[0] == "-"
-    digits = text.lstrip("-").lstrip("0") or "0"
-    # Refuse, before int(), a number longer than any in range (and Python's digit limit).
-    if below is not None and not negative and len(digits) > len(str(below)):
-        raise ValueError(f"must be below {below}")
-    if minimum is not None and negative and len(digits) > len(str(abs(minimum))) + 1:
-        raise ValueError(f"must be at least {minimum}")
-    try:
-        n = -int(digits) if negative else int(digits)
-    except ValueError:
-        raise ValueError(_OUT_OF_RANGE) from None
-    if minimum is not None and n < minimum:
-        raise ValueError(f"must be at least {minimum}")
-    if below is not None and n >= below:
-        raise ValueError(f"must be below {below}")
-    return n
 
 
 class _Flag:
@@ -374,7 +96,7 @@ class FlagSet:
                 raise ValueError(_PARSE_ERROR) from None
             if ns <= 0:
                 raise ValueError("must be positive")
-            return ns / _SECOND
+            return ns / 1_000_000_000  # int / int: correctly rounded, as before
 
         shown_text = format_duration(default)
         shown = None if shown_text == "0s" else shown_text

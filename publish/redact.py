@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from publish.flags import go_quote
+from publish.gocompat import go_quote
 
 REDACTED = "[redacted]"
 PASSWORD = "xxxxx"

@@ -1,4 +1,4 @@
-"""publish.flags: Go's flag package, time.ParseDuration, Duration.String and strconv.ParseBool."""
+"""publish.flags and publish.gocompat: Go's flag package, time.ParseDuration, Duration.String and strconv.ParseBool."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from publish.errors import UsageError
-from publish.flags import (
-    FlagSet,
-    HelpRequested,
+from publish.flags import FlagSet, HelpRequested
+from publish.gocompat import (
     format_duration,
     format_duration_ns,
     go_quote,
