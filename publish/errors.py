@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from publish.redact import scrub
+
 
 class PublishError(Exception):
     """Base of every error the command reports; ``str()`` is the message after ``publish: ``.
@@ -12,8 +14,6 @@ class PublishError(Exception):
     exit_code = 1
 
     def __init__(self, message: str = "") -> None:
-        from publish.redact import scrub  # imported late: redact uses flags, which uses this module
-
         super().__init__(scrub(message))
 
 
@@ -28,10 +28,14 @@ class Failure(PublishError):
 
 
 class CredentialsError(Failure):
-    """A fault in ``-creds`` or what a source held; the message starts with ``credentials: ``."""
+    """A fault in ``-creds`` or what a source held: ``why``, and the ``source`` at fault as messages show it
+    ('' when the fault is the list's as a whole).  The message is ``credentials: [source: ]why``.
+    """
 
-    def __init__(self, message: str) -> None:
-        super().__init__("credentials: " + message)
+    def __init__(self, why: str, source: str = "") -> None:
+        super().__init__("credentials: " + (f"{source}: {why}" if source else why))
+        self.why = scrub(why)
+        self.source = scrub(source)
 
 
 class StoreError(Failure):

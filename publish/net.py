@@ -15,48 +15,35 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 
+from publish.neterrors import (
+    Dropped,
+    NetError,
+    ProxyRefused,
+    TimedOut,
+    TLSFailure,
+    TooLarge,
+    TrustNotFound,
+    Unreachable,
+)
+from publish.neterrors import reason as _reason
 from publish.streams import Facade, SockStream, Stream, TLSStream
 from publish.trust import Trust, find_trust
 from publish.urls import netloc, parse_endpoint, parse_proxy
 
-
-class NetError(Exception):
-    """Base of network errors; ``str()`` names the host or proxy at fault, never a secret."""
-
-
-class Unreachable(NetError):
-    """Connection refused, connect timed out, name not resolved, or the proxy itself unreachable."""
-
-
-class Dropped(NetError):
-    """The connection was dropped, reset or closed after the request was (maybe) sent."""
-
-
-class TimedOut(NetError):
-    """The deadline ran out while sending or waiting for the response."""
-
-
-class TLSFailure(NetError):
-    """Certificate verification failed or the TLS handshake failed."""
-
-
-class ProxyRefused(NetError):
-    """The proxy answered CONNECT with a non-2xx status."""
-
-
-class TrustNotFound(NetError):
-    """No CA certificates were found for an https connection."""
-
-
-class TooLarge(NetError):
-    """The response body is over the cap: ``size`` is its Content-Length (None when it came without one)."""
-
-    def __init__(self, message: str, size: int | None, limit: int, status: int) -> None:
-        super().__init__(message)
-        self.size = size
-        self.limit = limit
-        self.status = status
-
+__all__ = [
+    "DEFAULT_LIMIT",
+    "ERROR_LIMIT",
+    "Connector",
+    "Dropped",
+    "NetError",
+    "ProxyRefused",
+    "Response",
+    "TLSFailure",
+    "TimedOut",
+    "TooLarge",
+    "TrustNotFound",
+    "Unreachable",
+]
 
 #: The cap on a response body when the caller gives none.
 DEFAULT_LIMIT = 1024 * 1024
@@ -66,7 +53,7 @@ ERROR_LIMIT = 64 * 1024
 _PIECE = 256 * 1024
 
 
-# ---------------------------------------------------------------------------- TLS context, reasons
+# ------------------------------------------------------------------------------------ TLS context
 
 
 def _tls_context(trust: Trust) -> ssl.SSLContext:
@@ -74,20 +61,6 @@ def _tls_context(trust: Trust) -> ssl.SSLContext:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     trust.load(ctx)
     return ctx
-
-
-def _reason(e: BaseException) -> str:
-    if isinstance(e, ssl.SSLCertVerificationError):
-        return e.verify_message or "certificate verify failed"
-    if isinstance(e, socket.gaierror):
-        return "name not resolved"
-    if isinstance(e, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(e, (socket.timeout, TimeoutError)):
-        return "timed out"
-    if isinstance(e, OSError) and e.strerror:
-        return e.strerror.lower()
-    return str(e) or type(e).__name__
 
 
 # --------------------------------------------------------------------------------------- connector

@@ -5,6 +5,9 @@ from __future__ import annotations
 import posixpath
 
 from publish.errors import Failure
+from publish.redact import quoted as _quoted
+from publish.redact import shown as _shown
+from publish.redact import url as _redact_url
 
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 
@@ -121,24 +124,9 @@ def parse_s3(text: str, what: str) -> S3Root:
     return S3Root(authority, prefix)
 
 
-def _shown(text: str) -> str:
-    """A value as a message shows it: quoted (Go's %q) when it holds a control character."""
-    from publish.redact import shown
-
-    return shown(text)
-
-
-def _quoted(text: str) -> str:
-    from publish.redact import quoted
-
-    return quoted(text)
-
-
 def _redact(text: str) -> str:
     """The URL with any userinfo's password replaced, and quoted when it holds a control character."""
-    from publish.redact import shown, url
-
-    return shown(url(text))
+    return _shown(_redact_url(text))
 
 
 def parse_root(text: str, cwd: str) -> Root:

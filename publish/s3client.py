@@ -23,7 +23,7 @@ from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
 from publish import net, redact, sigv4
-from publish.creds.model import Credentials
+from publish.credentials import Credentials
 from publish.errors import StoreError
 
 #: The largest object GET reads (spec: trainer_state.json over 64 MiB is refused).

@@ -6,6 +6,8 @@ import os
 import ssl
 from collections.abc import Mapping, Sequence
 
+from publish.neterrors import TrustNotFound, reason
+
 BUNDLE_PATHS: tuple[str, ...] = (
     "/etc/ssl/certs/ca-certificates.crt",
     "/etc/pki/tls/certs/ca-bundle.crt",
@@ -28,9 +30,7 @@ class Trust:
         try:
             ctx.load_verify_locations(cafile=self.cafile, cadata=self.cadata)
         except (OSError, ssl.SSLError, ValueError) as e:
-            from publish.net import TrustNotFound, _reason  # net imports this module: not at the top
-
-            raise TrustNotFound(f"cannot load CA certificates from {self.where}: {_reason(e)}") from None
+            raise TrustNotFound(f"cannot load CA certificates from {self.where}: {reason(e)}") from None
 
 
 def _dir_pem(directory: str) -> str:
@@ -74,6 +74,4 @@ def find_trust(env: Mapping[str, str], paths: Sequence[str] | None = None) -> Tr
         if os.path.isfile(p):
             return Trust(p, cafile=p)
         looked.append(p)
-    from publish.net import TrustNotFound  # net imports this module: not at the top
-
     raise TrustNotFound("no CA certificates found; looked at " + ", ".join(looked))

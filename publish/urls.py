@@ -28,6 +28,35 @@ def ipv6_why(literal: str) -> str:
     return ""
 
 
+def split_host_port(authority: str) -> tuple[str, str]:
+    """Check ``host[:port]`` (host a name, IPv4 or ``[IPv6]``; port 1-65535); ValueError saying why."""
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0:
+            raise ValueError("has an unclosed [ in its host")
+        host, rest = authority[: end + 1], authority[end + 1 :]
+        why = ipv6_why(host[1:-1])
+        if why == "invalid IPv6 address":
+            raise ValueError("has a malformed IPv6 host")
+        if why:
+            raise ValueError(f"has {why}")
+        if rest and not rest.startswith(":"):
+            raise ValueError("has text after its IPv6 host")
+        port = rest[1:] if rest else ""
+        has_colon = bool(rest)
+    else:
+        host, has_colon_sep, port = authority.partition(":")
+        has_colon = bool(has_colon_sep)
+        if not host:
+            raise ValueError("has no host")
+        if not host_name_ok(host):
+            raise ValueError("has a malformed host")
+    # "host:" is the scheme's port, as Go's net/url reads it
+    if has_colon and port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError("has a malformed port; want 1 to 65535")
+    return host, port
+
+
 def _split_url(url: str, what: str) -> tuple[str, str, int]:
     """Split ``scheme://host[:port][/]`` into parts; messages name the part at fault, never the URL."""
     if not isinstance(url, str) or not url:

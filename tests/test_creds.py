@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from publish.creds.directory import MAX_FILE, DirectorySource
-from publish.creds.sources import NotAnswering, parse_sources, resolve
+from publish.creds.fields import NotAnswering
+from publish.creds.sources import parse_sources, resolve
 from publish.errors import CredentialsError, Failure
 
 AK = "AKIAEXAMPLEKEY0001"
@@ -137,6 +138,52 @@ def test_refused_source_stops_the_run(tmp_path: Path) -> None:
     with pytest.raises(CredentialsError) as e:
         resolve(f"file:{tmp_path}/a,file:{tmp_path}/b", {}, None)
     assert str(e.value).startswith(f"credentials: file:{tmp_path}/a: unknown file 'colour'")
+
+
+def test_refusal_carries_the_source_and_the_fault_as_fields(tmp_path: Path) -> None:
+    write_dir(tmp_path / "a", {**GOOD, "region": "EU"})
+    with pytest.raises(CredentialsError) as e:
+        resolve(f"file:{tmp_path}/a", {}, None)
+    assert (e.value.source, e.value.why) == (
+        f"file:{tmp_path}/a",
+        "region 'EU' is malformed; want lower-case letters, digits and -",
+    )
+    assert str(e.value) == f"credentials: {e.value.source}: {e.value.why}"
+    with pytest.raises(CredentialsError) as e:
+        parse_sources("")
+    assert (e.value.source, e.value.why, str(e.value)) == (
+        "",
+        "the -creds list is empty",
+        "credentials: the -creds list is empty",
+    )
+
+
+def test_file_source_leaves_vault_and_json_unimported(tmp_path: Path) -> None:
+    """A file: source resolves without loading the Vault client or json (start-up of an S3 verb)."""
+    import subprocess
+    import sys
+
+    d = write_dir(tmp_path / "d", GOOD)
+    code = (
+        "import sys\n"
+        "from publish.creds.sources import resolve\n"
+        f"resolve('file:{d}', {{}}, None)\n"
+        "print(sorted(m for m in ('json', 'publish.creds.vault', 'dataclasses') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout == "[]\n"
+
+
+def test_credentials_are_a_frozen_hashable_value(tmp_path: Path) -> None:
+    import copy
+    import pickle
+
+    creds = fetch("file", write_dir(tmp_path / "d", GOOD))
+    with pytest.raises(AttributeError):
+        creds.region = "eu-west-1"  # type: ignore[attr-defined]
+    assert hash(creds) == hash(copy.copy(creds)) and creds == pickle.loads(pickle.dumps(creds))
+    assert creds != type(creds)(AK, SK + "x")  # type: ignore[call-arg]
+    assert repr(creds) == "Credentials(endpoint='https://s3.us-east-1.amazonaws.com', region='us-east-1')"
 
 
 def test_dangling_source_path_does_not_answer(tmp_path: Path) -> None:

@@ -10,9 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from publish.creds.sources import NotAnswering, parse_sources, resolve
-from publish.creds.vault import DEFAULT_JWT, Location, VaultSource, parse_location, redact
+from publish.creds.fields import NotAnswering
+from publish.creds.location import DEFAULT_JWT, Location, parse_location
+from publish.creds.sources import parse_sources, resolve
+from publish.creds.vault import VaultSource
 from publish.errors import CredentialsError
+from publish.redact import url as redact
 from tests.netfixtures import Proxy
 from tests.vault_server import Bao, free_port
 
@@ -262,6 +265,7 @@ def dead_source(tmp_path: Path) -> VaultSource:
         ("VAULT_CLIENT_TIMEOUT", "5x"),
         ("VAULT_CLIENT_TIMEOUT", "1.5"),
         ("VAULT_CLIENT_TIMEOUT", "s"),
+        ("VAULT_CLIENT_TIMEOUT", "9999999999999999999h"),  # overflows Go's time.Duration
         ("VAULT_RATE_LIMIT", "fast"),
         ("VAULT_RATE_LIMIT", "10:x"),
         ("VAULT_RATE_LIMIT", "10:"),

@@ -14,10 +14,11 @@ import os
 import stat
 from collections.abc import Mapping
 
-from publish.creds.model import Credentials
-from publish.creds.sources import FIELDS, NotAnswering, credentials_from_fields
+from publish.credentials import Credentials
+from publish.creds.fields import FIELDS, NotAnswering, credentials_from_fields
 from publish.errors import CredentialsError
 from publish.fileio import read_at_most
+from publish.redact import shown
 
 # A session token is a few KiB at most; anything much larger is not a credential file.
 MAX_FILE = 64 * 1024
@@ -31,8 +32,6 @@ class DirectorySource:
             raise ValueError(kind)
         self.kind = kind
         self.path = path
-        from publish.redact import shown
-
         self.text = shown(f"{kind}:{path}")  # quoted in messages when the path holds a control character
 
     def fetch(self, env: Mapping[str, str], timeout: float | None) -> Credentials:
@@ -143,4 +142,4 @@ class DirectorySource:
             )
 
     def _refuse(self, why: str) -> CredentialsError:
-        return CredentialsError(f"{self.text}: {why}")
+        return CredentialsError(why, self.text)
