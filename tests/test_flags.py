@@ -380,12 +380,12 @@ def test_integer_round_trip_keep(n: int) -> None:
 
 @pytest.mark.parametrize("verb", ["prune", "status"])
 def test_the_commands_keep_is_a_go_int(verb: str) -> None:
-    from publish.cli import _flags
+    from publish.cli import command
 
     with pytest.raises(UsageError) as info:
-        _flags(verb).parse(["-keep", "9223372036854775808"])
+        command(verb).fs.parse(["-keep", "9223372036854775808"])
     assert str(info.value) == 'invalid value "9223372036854775808" for flag -keep: value out of range'
-    assert _flags(verb).parse(["-keep", str(INT64_MAX)]) == []
+    assert command(verb).fs.parse(["-keep", str(INT64_MAX)]) == []
 
 
 @pytest.mark.parametrize(

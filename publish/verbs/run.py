@@ -14,9 +14,10 @@ import threading
 import time
 
 from publish.errors import Failure, PublishError, UsageError
-from publish.frameworks import Framework
+from publish.frameworks import FRAMEWORKS, Framework
+from publish.gocompat import parse_decimal
 from publish.stores.base import EXEC, Store
-from publish.verbs import Say
+from publish.verbs import Say, common
 from publish.verbs.resolve import resolve
 from publish.verbs.watch import SignalStop, Watcher, _bounded
 
@@ -357,3 +358,65 @@ def _finish(
     if fault and status == 0:
         return 1
     return status
+
+
+class Run(common.Command):
+    name = "run"
+    synopsis = (
+        f"publish run {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] "
+        "[-keep N] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]"
+    )
+    summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"
+
+    def __init__(self) -> None:
+        super().__init__()
+        fs = self.fs
+        self.framework = common.framework_flag(fs)
+        self.interval = fs.duration("interval", 10.0, "time between scans")
+        self.attempt = fs.string("attempt", "", "the execution `A`: saves go to ROOT/exec/A (env DISPATCH_ATTEMPT; default: from Slurm's job, else unique)")  # fmt: skip
+        self.epoch = common.epoch_flag(fs, "the wall clock in nanoseconds")
+        self.keep = fs.custom("keep", None, "after COMMAND exits, prune to the latest `N` (default: no prune)", lambda t: parse_decimal(t, minimum=1), "N")  # fmt: skip
+        self.resume_arg = fs.string("resume-arg", "", "when there is a save, append `FLAG` and its location to COMMAND")  # fmt: skip
+        self.signal = fs.custom("signal", None, "a `SIG` passed on as SIGTERM and SIGINT are (e.g. USR1)", parse_signal, "SIG")  # fmt: skip
+        self.requeue = fs.boolean("requeue", False, "Slurm only: after a stop by a signal, ask Slurm to run the job again")  # fmt: skip
+
+    traps = True
+
+    def trap(self) -> common.Trap:
+        signals = Signals()
+        return common.Trap(signals, signals.note, self.signal.value)
+
+    def run(self, call: common.Call) -> int:
+        if not call.dashdash:
+            raise UsageError("COMMAND must follow --: publish run [flags] -- COMMAND [ARG...]")
+        if not call.args:
+            raise UsageError("missing COMMAND after --")
+        root = self.root(call)
+        if self.framework.value is None:
+            raise UsageError(common.FRAMEWORK_REQUIRED)
+        if self.resume_arg.is_set and not self.resume_arg.value:
+            raise UsageError("-resume-arg is empty")
+        given = (
+            common.epoch(self.epoch, call.env)
+            if self.epoch.is_set or call.env.get("DISPATCH_EPOCH")
+            else None
+        )
+        attempt, epoch = attempt_and_epoch(
+            common.flag_or_env(self.attempt, call.env, "DISPATCH_ATTEMPT"), given, call.env
+        )
+        common.check_attempt(attempt)
+        timeout = self.timeout.value
+        batch = Batch(call.env, timeout) if call.env.get("SLURM_JOB_ID") else None
+        if self.requeue.value and batch is None:
+            raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
+        store = self.open(call, root, renew=True).store
+        signals = call.stop if isinstance(call.stop, Signals) else Signals()
+        framework, interval = FRAMEWORKS[self.framework.value], self.interval.value
+        return run(
+            store, call.say, framework, attempt, epoch, call.args, env=call.env, root=root.text, interval=interval,
+            timeout=timeout, signals=signals, keep=self.keep.value, resume_arg=self.resume_arg.value,
+            requeue=self.requeue.value, batch=batch,
+        )  # fmt: skip
+
+
+COMMAND = Run
