@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from typing import Any, Callable
 
     from publish.flags import Flag
+    from publish.frameworks import Framework
     from publish.verbs import Say
 
 ROOT_FLAGS = "-checkpoint ROOT [-creds LIST [-proxy URL]] [-timeout 5m]"
-FRAMEWORK_REQUIRED = "-framework is required: hf, dcp, snapshot, lightning or deepspeed"
 
 
 class Call:
@@ -151,6 +151,14 @@ def expect_args(call: Call, names: list[str], optional: int = 0) -> None:
         )
 
 
+def expect_command(call: Call) -> None:
+    """A COMMAND after ``--``, as ``publish run`` takes it."""
+    if not call.dashdash:
+        raise UsageError("COMMAND must follow --: publish run [flags] -- COMMAND [ARG...]")
+    if not call.args:
+        raise UsageError("missing COMMAND after --")
+
+
 def flag_or_env(flag: Flag[str], env: Mapping[str, str], var: str) -> str:
     """The flag's text when given, else the variable's; an explicitly empty flag is a usage error."""
     if flag.is_set:
@@ -199,20 +207,61 @@ def epoch(flag: Flag[int | None], env: Mapping[str, str]) -> int:
         raise UsageError(f"invalid value {go_quote(text)} for DISPATCH_EPOCH: {e}") from None
 
 
+def given_epoch(flag: Flag[int | None], env: Mapping[str, str]) -> int | None:
+    """The epoch -epoch or DISPATCH_EPOCH gives, else None (the verb derives one)."""
+    return epoch(flag, env) if flag.is_set or env.get("DISPATCH_EPOCH") else None
+
+
 def _framework(text: str) -> str:
     if text not in FRAMEWORKS:
         raise ValueError("must be " + ", ".join(FRAMEWORKS))
     return text
 
 
-def framework_flag(fs: FlagSet) -> Flag[str | None]:
-    return fs.custom(
-        "framework",
-        None,
-        "which saves to publish: hf, dcp, snapshot, lightning or deepspeed",
-        _framework,
-        "name",
-    )
+class SavesCommand(Command):
+    """watch and run: the saves of one framework, scanned every -interval until SIGTERM or SIGINT."""
+
+    traps = True
+    attempt_usage = ""
+    epoch_default = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        fs = self.fs
+        self.framework = fs.custom(
+            "framework",
+            None,
+            "which saves to publish: hf, dcp, snapshot, lightning or deepspeed",
+            _framework,
+            "name",
+        )
+        self.interval = fs.duration("interval", 10.0, "time between scans")
+        self.attempt = fs.string("attempt", "", self.attempt_usage)
+        self.epoch = epoch_flag(fs, self.epoch_default)
+
+    def chosen(self) -> Framework:
+        """The -framework given; it is required."""
+        if self.framework.value is None:
+            raise UsageError("-framework is required: hf, dcp, snapshot, lightning or deepspeed")
+        return FRAMEWORKS[self.framework.value]
+
+
+def parse_signal(text: str) -> int:
+    """``USR1``, ``SIGUSR1`` or ``10``: a signal a handler can catch, other than SIGCHLD."""
+    import signal
+
+    name = text.upper()
+    try:
+        sig = (
+            signal.Signals(int(name))
+            if name.isdigit()
+            else signal.Signals[name if name[:3] == "SIG" else "SIG" + name]
+        )
+    except (KeyError, ValueError):
+        raise ValueError("not a signal name") from None
+    if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+        raise ValueError(f"{sig.name} cannot be caught and passed on")
+    return int(sig)
 
 
 def check_attempt(attempt: str) -> str:

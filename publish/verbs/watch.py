@@ -8,7 +8,7 @@ import threading
 
 from publish import roots
 from publish.errors import Failure, UsageError
-from publish.frameworks import FRAMEWORKS, Framework
+from publish.frameworks import Framework
 from publish.stores.base import EXEC, Store
 from publish.verbs import Say, common
 from publish.verbs.publish import publish_entry
@@ -140,25 +140,15 @@ def watch(
     _bounded(watcher, timeout)
 
 
-class Watch(common.Command):
+class Watch(common.SavesCommand):
     name = "watch"
     synopsis = (
         f"publish watch {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] "
         "[-epoch N] [-attempt A] [SAVES]"
     )
     summary = "publish each save once it is complete, until SIGTERM or SIGINT"
-
-    def __init__(self) -> None:
-        super().__init__()
-        fs = self.fs
-        self.framework = common.framework_flag(fs)
-        self.interval = fs.duration("interval", 10.0, "time between scans")
-        self.attempt = fs.string(
-            "attempt", "", "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)"
-        )
-        self.epoch = common.epoch_flag(fs, "0")
-
-    traps = True
+    attempt_usage = "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)"
+    epoch_default = "0"
 
     def trap(self) -> common.Trap:
         stop = SignalStop()
@@ -168,8 +158,7 @@ class Watch(common.Command):
         common.expect_args(call, ["SAVES"], optional=1)
         root = self.root(call)
         epoch = common.epoch(self.epoch, call.env)
-        if self.framework.value is None:
-            raise UsageError(common.FRAMEWORK_REQUIRED)
+        framework = self.chosen()
         if call.args:
             saves = roots.below(root, call.args[0], call.cwd, "SAVES")
         else:
@@ -178,7 +167,6 @@ class Watch(common.Command):
                 raise UsageError("no SAVES argument and no attempt: give -attempt or set DISPATCH_ATTEMPT")
             saves = f"{EXEC}/{common.check_attempt(attempt)}"
         store = self.open(call, root, renew=True, begin=False).store
-        framework = FRAMEWORKS[self.framework.value]
         stop = call.stop or threading.Event()
         watch(store, call.say, framework, saves, epoch, self.interval.value, self.timeout.value, stop)
         return 0
