@@ -24,9 +24,23 @@ from publish.gocompat import (
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, Generic, TypeVar
 
-__all__ = ["FlagSet", "HelpRequested"]
+    T = TypeVar("T")
+
+    class _Generic(Generic[T]):
+        __slots__ = ()
+else:  # Flag[str] in an annotation, without importing typing at run time
+
+    class _Generic:
+        __slots__ = ()
+
+        def __class_getitem__(cls, item: object) -> type:
+            return cls
+
+    T = None
+
+__all__ = ["Flag", "FlagSet", "HelpRequested"]
 
 # The `why` Go's flag package gives for any value its own types cannot parse.
 _PARSE_ERROR = PARSE_ERROR
@@ -37,16 +51,19 @@ class HelpRequested(Exception):
     """-h, -help or --help given (and not defined as a flag): print usage, exit 0."""
 
 
-class _Flag:
-    __slots__ = ("name", "usage", "kind", "default", "value", "parse", "metavar", "shown_default")
+class Flag(_Generic[T]):
+    """One defined flag, as Go's ``fs.String()`` returns a pointer: ``value`` (the default until parsed) and
+    ``is_set`` (given on the command line, even with its default value)."""
+
+    __slots__ = ("name", "usage", "kind", "default", "value", "parse", "metavar", "shown_default", "is_set")
 
     def __init__(
         self,
         name: str,
         usage: str,
         kind: str,
-        default: object,
-        parse: Callable[[str], object],
+        default: T,
+        parse: Callable[[str], T],
         metavar: str,
         shown_default: str | None,
     ) -> None:
@@ -58,6 +75,7 @@ class _Flag:
         self.parse = parse
         self.metavar = metavar
         self.shown_default = shown_default
+        self.is_set = False
 
 
 class FlagSet:
@@ -65,28 +83,28 @@ class FlagSet:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._flags: dict[str, _Flag] = {}
-        self._set: set[str] = set()
+        self._flags: dict[str, Flag[Any]] = {}
 
     # Definitions
 
-    def _define(self, flag: _Flag) -> None:
+    def _define(self, flag: Flag[T]) -> Flag[T]:
         name = flag.name
         if not name or name.startswith("-") or "=" in name:
             raise ValueError(f"flag {name!r} begins with - or contains =")
         if name in self._flags:
             raise ValueError(f"{self.name} flag redefined: {name}")
         self._flags[name] = flag
+        return flag
 
-    def string(self, name: str, default: str, usage: str) -> None:
+    def string(self, name: str, default: str, usage: str) -> Flag[str]:
         shown = None if default == "" else go_quote(default)
-        self._define(_Flag(name, usage, "string", default, str, "string", shown))
+        return self._define(Flag(name, usage, "string", default, str, "string", shown))
 
-    def boolean(self, name: str, default: bool, usage: str) -> None:
+    def boolean(self, name: str, default: bool, usage: str) -> Flag[bool]:
         shown = "true" if default else None
-        self._define(_Flag(name, usage, "bool", default, parse_go_bool, "", shown))
+        return self._define(Flag(name, usage, "bool", default, parse_go_bool, "", shown))
 
-    def duration(self, name: str, default: float, usage: str) -> None:
+    def duration(self, name: str, default: float, usage: str) -> Flag[float]:
         """A Go duration, held in seconds (``value`` is a float); a given value must be > 0."""
 
         def parse(text: str) -> float:
@@ -100,7 +118,7 @@ class FlagSet:
 
         shown_text = format_duration(default)
         shown = None if shown_text == "0s" else shown_text
-        self._define(_Flag(name, usage, "duration", float(default), parse, "duration", shown))
+        return self._define(Flag(name, usage, "duration", float(default), parse, "duration", shown))
 
     def integer(
         self,
@@ -111,7 +129,7 @@ class FlagSet:
         minimum: int | None = None,
         below: int | None = None,
         int64: bool = False,
-    ) -> None:
+    ) -> Flag[int]:
         """A plain decimal integer (an optional ``-``, ASCII digits), with ``minimum <= n < below``.
 
         ``int64``: a Go ``int`` flag first, so a value outside [-2^63, 2^63) is Go's ``value out of range``
@@ -126,22 +144,22 @@ class FlagSet:
             return parse_decimal(text, minimum=minimum, below=below)
 
         shown = None if default == 0 else str(default)
-        self._define(_Flag(name, usage, "int", default, parse, "int", shown))
+        return self._define(Flag(name, usage, "int", default, parse, "int", shown))
 
     def custom(
         self,
         name: str,
-        default: object,
+        default: T,
         usage: str,
-        parse: Callable[[str], object],
+        parse: Callable[[str], T],
         metavar: str = "value",
-    ) -> None:
+    ) -> Flag[T]:
         """A flag whose text ``parse`` turns into its value; ``parse`` raises ``ValueError(why)``.
 
         The usage shows ``(default <str(default)>)`` unless the default is ``None`` or prints as ``""``.
         """
         shown = None if default is None or str(default) == "" else str(default)
-        self._define(_Flag(name, usage, "custom", default, parse, metavar, shown))
+        return self._define(Flag(name, usage, "custom", default, parse, metavar, shown))
 
     # Parsing
 
@@ -192,7 +210,7 @@ class FlagSet:
                     flag.value = flag.parse(text)
                 except ValueError as e:
                     raise UsageError(f"invalid value {go_quote(text)} for flag -{name}: {e}") from None
-            self._set.add(name)
+            flag.is_set = True
         return rest
 
     # Results
@@ -203,9 +221,7 @@ class FlagSet:
 
     def is_set(self, name: str) -> bool:
         """Whether the flag was given on the command line (even with its default value)."""
-        if name not in self._flags:
-            raise KeyError(name)
-        return name in self._set
+        return self._flags[name].is_set
 
     def usage(self) -> str:
         """The flags as Go's ``PrintDefaults`` lists them, sorted by name."""
@@ -225,7 +241,7 @@ class FlagSet:
         return "".join(lines)
 
 
-def _unquote_usage(flag: _Flag) -> tuple[str, str]:
+def _unquote_usage(flag: Flag[Any]) -> tuple[str, str]:
     """Go's ``UnquoteUsage``: a back-quoted word in the usage names the value; else the kind does."""
     usage = flag.usage
     i = usage.find("`")

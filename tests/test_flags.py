@@ -380,12 +380,12 @@ def test_integer_round_trip_keep(n: int) -> None:
 
 @pytest.mark.parametrize("verb", ["prune", "status"])
 def test_the_commands_keep_is_a_go_int(verb: str) -> None:
-    from publish.cli import _flags
+    from publish.cli import command
 
     with pytest.raises(UsageError) as info:
-        _flags(verb).parse(["-keep", "9223372036854775808"])
+        command(verb).fs.parse(["-keep", "9223372036854775808"])
     assert str(info.value) == 'invalid value "9223372036854775808" for flag -keep: value out of range'
-    assert _flags(verb).parse(["-keep", str(INT64_MAX)]) == []
+    assert command(verb).fs.parse(["-keep", str(INT64_MAX)]) == []
 
 
 @pytest.mark.parametrize(
@@ -860,3 +860,29 @@ def test_invalid_value_is_quoted_as_go_does() -> None:
     assert usage_error(["-keep", "1\n2"]) == 'invalid value "1\\n2" for flag -keep: parse error'
     bad = b"\xff".decode("utf-8", "surrogateescape")
     assert usage_error(["-timeout", bad]) == 'invalid value "\\xff" for flag -timeout: parse error'
+
+
+def test_a_definition_returns_its_typed_flag() -> None:
+    """As Go's fs.String() returns a pointer: the flag's value (the default until given) and whether it was."""
+    fs = FlagSet("watch")
+    name = fs.string("name", "x", "a string")
+    probe = fs.boolean("probe", False, "probe first")
+    timeout = fs.duration("timeout", 300.0, "time a verb may take")
+    keep = fs.integer("keep", 3, "saves to keep", minimum=1)
+    mode = fs.custom("mode", None, "a or b", _parse_keep, metavar="MODE")
+    assert [(f.value, f.is_set) for f in (name, probe, timeout, keep, mode)] == [
+        ("x", False),
+        (False, False),
+        (300.0, False),
+        (3, False),
+        (None, False),
+    ]
+    assert fs.parse(["-name=x", "-probe", "-timeout", "2m", "-keep", "7", "-mode", "b", "rest"]) == ["rest"]
+    assert [(f.value, f.is_set) for f in (name, probe, timeout, keep, mode)] == [
+        ("x", True),  # given with its default value: still given
+        (True, True),
+        (120.0, True),
+        (7, True),
+        ("B", True),
+    ]
+    assert (fs.value("keep"), fs.is_set("keep"), fs.is_set("name")) == (7, True, True)

@@ -1,4 +1,8 @@
-"""The verbs, each written once over the Store protocol."""
+"""The verbs, each written once over the Store protocol.
+
+Each verb is one module here declaring a ``COMMAND`` (a :class:`publish.verbs.common.Command`: its
+synopsis, summary, typed flags and ``run``); publish.cli lists the modules and dispatches to them.
+"""
 
 from __future__ import annotations
 

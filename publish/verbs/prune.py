@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from publish import layout
 from publish.stores.base import PUB, TOMB, Store
-from publish.verbs import Say
+from publish.verbs import Say, common
 
 
 def split(entries: list[layout.Entry], keep: int) -> tuple[list[layout.Entry], list[layout.Entry]]:
@@ -156,3 +156,27 @@ def _link_on_path(store: Store, folder: str) -> str:
         if stat.S_ISLNK(st.st_mode):
             return rel
     return ""
+
+
+class Prune(common.Command):
+    name = "prune"
+    synopsis = f"publish prune {common.ROOT_FLAGS} [-keep 3] [-dry-run]"
+    summary = "remove all but the latest publications and the folders only they named"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keep = self.fs.integer(
+            "keep", 3, "how many of the latest publications to keep", minimum=1, int64=True
+        )
+        self.dry_run = self.fs.boolean(
+            "dry-run", False, "print what would be removed (would remove <location>), remove nothing"
+        )
+
+    def run(self, call: common.Call) -> int:
+        common.expect_args(call, [])
+        store = self.open(call, self.root(call)).store
+        prune(store, call.say, self.keep.value, dry_run=self.dry_run.value)
+        return 0
+
+
+COMMAND = Prune

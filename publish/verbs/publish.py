@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from publish import layout
-from publish.errors import Failure
+from publish import layout, roots
+from publish.errors import Failure, UsageError
+from publish.redact import quoted
 from publish.stores.base import Store
-from publish.verbs import Say
+from publish.verbs import Say, common
 
 
 def publish_entry(store: Store, say: Say, epoch: int, step: int, path: str) -> bool:
@@ -30,3 +31,28 @@ def publish(store: Store, say: Say, path: str, epoch: int, step: int) -> None:
     if not store.holds(path):
         raise Failure(f"save {store.location(path)} does not exist")
     publish_entry(store, say, epoch, step, path)
+
+
+class Publish(common.Command):
+    name = "publish"
+    synopsis = f"publish publish {common.ROOT_FLAGS} [-epoch N] SAVE STEP"
+    summary = "publish one complete save"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.epoch = common.epoch_flag(self.fs, "0")
+
+    def run(self, call: common.Call) -> int:
+        common.expect_args(call, ["SAVE", "STEP"])
+        root = self.root(call)
+        epoch = common.epoch(self.epoch, call.env)
+        try:
+            step = common.decimal("STEP")(call.args[1])
+        except ValueError as e:
+            raise UsageError(f"invalid STEP {quoted(call.args[1])}: {e}") from None
+        path = roots.below(root, call.args[0], call.cwd, "SAVE")  # before any credential source is tried
+        publish(self.open(call, root).store, call.say, path, epoch, step)
+        return 0
+
+
+COMMAND = Publish

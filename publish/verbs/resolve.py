@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from publish import layout
-from publish.errors import Failure
+from publish.errors import Failure, UsageError
 from publish.frameworks import FRAMEWORKS
+from publish.redact import shown
+from publish.roots import S3Root
 from publish.stores.base import EXEC, PUB, Store
-from publish.verbs import Say
+from publish.verbs import Say, common
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -67,3 +69,30 @@ def resolve(store: Store, say: Say) -> None:
             return
         if n:
             say.warn(f"no publication, but {EXEC}/ holds {n} save folders: was watch running?")
+
+
+class Resolve(common.Command):
+    name = "resolve"
+    synopsis = f"publish resolve {common.ROOT_FLAGS} [-probe]"
+    summary = "print the latest publication's save location, or nothing"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.probe = self.fs.boolean("probe", False, "S3 only: run the probe checks first")
+
+    def run(self, call: common.Call) -> int:
+        common.expect_args(call, [])
+        root = self.root(call)
+        s3 = isinstance(root, S3Root)
+        if not s3 and self.probe.value:
+            raise UsageError(f"-probe applies only to s3:// roots; {shown(root.text)} is a POSIX root")
+        opened = self.open(call, root)
+        if s3 and self.probe.value:
+            from publish.verbs.probe import probe
+
+            probe(opened)
+        resolve(opened.store, call.say)
+        return 0
+
+
+COMMAND = Resolve

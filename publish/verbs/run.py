@@ -15,8 +15,9 @@ import time
 
 from publish.errors import Failure, PublishError, UsageError
 from publish.frameworks import Framework
+from publish.gocompat import parse_decimal
 from publish.stores.base import EXEC, Store
-from publish.verbs import Say
+from publish.verbs import Say, common
 from publish.verbs.resolve import resolve
 from publish.verbs.watch import SignalStop, Watcher, _bounded
 
@@ -54,22 +55,6 @@ class Signals(SignalStop):
         ready, _, _ = select.select([self._read], [], [], 0 if len(self.received) > count else timeout)
         if ready:
             os.read(self._read, 4096)  # the wake-up bytes; a flood of signals never fills the pipe
-
-
-def parse_signal(text: str) -> int:
-    """``USR1``, ``SIGUSR1`` or ``10``: a signal a handler can catch, other than SIGCHLD."""
-    name = text.upper()
-    try:
-        sig = (
-            signal.Signals(int(name))
-            if name.isdigit()
-            else signal.Signals[name if name[:3] == "SIG" else "SIG" + name]
-        )
-    except (KeyError, ValueError):
-        raise ValueError("not a signal name") from None
-    if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
-        raise ValueError(f"{sig.name} cannot be caught and passed on")
-    return int(sig)
 
 
 def signame(signum: int) -> str:
@@ -357,3 +342,55 @@ def _finish(
     if fault and status == 0:
         return 1
     return status
+
+
+class Run(common.SavesCommand):
+    name = "run"
+    synopsis = (
+        f"publish run {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] "
+        "[-keep N] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]"
+    )
+    summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"
+    attempt_usage = "the execution `A`: saves go to ROOT/exec/A (env DISPATCH_ATTEMPT; default: from Slurm's job, else unique)"
+    epoch_default = "the wall clock in nanoseconds"
+
+    def __init__(self) -> None:
+        super().__init__()
+        fs = self.fs
+        keep = "after COMMAND exits, prune to the latest `N` (default: no prune)"
+        self.keep = fs.custom("keep", None, keep, lambda t: parse_decimal(t, minimum=1), "N")
+        resume = "when there is a save, append `FLAG` and its location to COMMAND"
+        self.resume_arg = fs.string("resume-arg", "", resume)
+        sig = "a `SIG` passed on as SIGTERM and SIGINT are (e.g. USR1)"
+        self.signal = fs.custom("signal", None, sig, common.parse_signal, "SIG")
+        requeue = "Slurm only: after a stop by a signal, ask Slurm to run the job again"
+        self.requeue = fs.boolean("requeue", False, requeue)
+
+    def trap(self) -> common.Trap:
+        signals = Signals()
+        return common.Trap(signals, signals.note, self.signal.value)
+
+    def run(self, call: common.Call) -> int:
+        common.expect_command(call)
+        root = self.root(call)
+        framework = self.chosen()
+        if self.resume_arg.is_set and not self.resume_arg.value:
+            raise UsageError("-resume-arg is empty")
+        attempt = common.flag_or_env(self.attempt, call.env, "DISPATCH_ATTEMPT")
+        attempt, epoch = attempt_and_epoch(attempt, common.given_epoch(self.epoch, call.env), call.env)
+        common.check_attempt(attempt)
+        timeout = self.timeout.value
+        batch = Batch(call.env, timeout) if call.env.get("SLURM_JOB_ID") else None
+        if self.requeue.value and batch is None:
+            raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
+        store = self.open(call, root, renew=True).store
+        signals = call.stop if isinstance(call.stop, Signals) else Signals()
+        keep, resume_arg, requeue = self.keep.value, self.resume_arg.value, self.requeue.value
+        return run(
+            store, call.say, framework, attempt, epoch, call.args, env=call.env, root=root.text,
+            interval=self.interval.value, timeout=timeout, signals=signals, keep=keep, resume_arg=resume_arg,
+            requeue=requeue, batch=batch,
+        )  # fmt: skip
+
+
+COMMAND = Run

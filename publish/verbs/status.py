@@ -10,7 +10,7 @@ from publish import layout
 from publish.errors import Failure, StoreError
 from publish.frameworks import FRAMEWORKS
 from publish.stores.base import EXEC, PUB, TOMB, Store
-from publish.verbs import Say
+from publish.verbs import Say, common
 from publish.verbs.prune import Schedule, would_remove
 
 TYPE_CHECKING = False
@@ -173,3 +173,25 @@ def text(doc: dict[str, Any]) -> list[str]:
         lines.append(f"prune -keep {plan['keep']} would remove entries: {len(plan['entries'])}, and:")
         lines += [f"  {line}" for line in plan["lines"]]
     return lines
+
+
+class Status(common.Command):
+    name = "status"
+    synopsis = f"publish status {common.ROOT_FLAGS} [-keep N] [-json]"
+    summary = "show what a root holds: publications, unpublished saves, leftovers, pending prunes"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keep = self.fs.integer(
+            "keep", 0, "also show what prune -keep `N` would remove", minimum=1, int64=True
+        )
+        self.json = self.fs.boolean("json", False, "print one JSON document (version 1) instead of text")
+
+    def run(self, call: common.Call) -> int:
+        common.expect_args(call, [])
+        store = self.open(call, self.root(call)).store
+        status(store, call.say, self.keep.value if self.keep.is_set else None, as_json=self.json.value)
+        return 0
+
+
+COMMAND = Status

@@ -6,10 +6,11 @@ import contextlib
 import os
 import threading
 
-from publish.errors import Failure
+from publish import roots
+from publish.errors import Failure, UsageError
 from publish.frameworks import Framework
-from publish.stores.base import Store
-from publish.verbs import Say
+from publish.stores.base import EXEC, Store
+from publish.verbs import Say, common
 from publish.verbs.publish import publish_entry
 
 TYPE_CHECKING = False
@@ -137,3 +138,38 @@ def watch(
         watcher.scan(timeout)
         stop.wait(interval)
     _bounded(watcher, timeout)
+
+
+class Watch(common.SavesCommand):
+    name = "watch"
+    synopsis = (
+        f"publish watch {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] "
+        "[-epoch N] [-attempt A] [SAVES]"
+    )
+    summary = "publish each save once it is complete, until SIGTERM or SIGINT"
+    attempt_usage = "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)"
+    epoch_default = "0"
+
+    def trap(self) -> common.Trap:
+        stop = SignalStop()
+        return common.Trap(stop, lambda signum: stop.set())
+
+    def run(self, call: common.Call) -> int:
+        common.expect_args(call, ["SAVES"], optional=1)
+        root = self.root(call)
+        epoch = common.epoch(self.epoch, call.env)
+        framework = self.chosen()
+        if call.args:
+            saves = roots.below(root, call.args[0], call.cwd, "SAVES")
+        else:
+            attempt = common.flag_or_env(self.attempt, call.env, "DISPATCH_ATTEMPT")
+            if not attempt:
+                raise UsageError("no SAVES argument and no attempt: give -attempt or set DISPATCH_ATTEMPT")
+            saves = f"{EXEC}/{common.check_attempt(attempt)}"
+        store = self.open(call, root, renew=True, begin=False).store
+        stop = call.stop or threading.Event()
+        watch(store, call.say, framework, saves, epoch, self.interval.value, self.timeout.value, stop)
+        return 0
+
+
+COMMAND = Watch

@@ -1,0 +1,270 @@
+"""What every verb's command line shares: the root flags, the root and argument checks, opening the store.
+
+A verb module declares one :class:`Command` subclass: its ``name``, ``synopsis``, ``summary``, its flags
+(typed :class:`publish.flags.Flag` attributes defined in ``__init__``) and ``run``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from publish import layout, redact, roots, stores
+from publish.errors import UsageError
+from publish.flags import FlagSet
+from publish.frameworks import FRAMEWORKS
+from publish.gocompat import PARSE_ERROR, go_quote, parse_decimal
+from publish.redact import quoted, shown
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any, Callable
+
+    from publish.flags import Flag
+    from publish.frameworks import Framework
+    from publish.verbs import Say
+
+ROOT_FLAGS = "-checkpoint ROOT [-creds LIST [-proxy URL]] [-timeout 5m]"
+
+
+class Call:
+    """One command line once its flags are parsed: arguments, environment, streams and what stops it."""
+
+    __slots__ = ("args", "dashdash", "env", "cwd", "say", "stop", "started")
+
+    def __init__(
+        self, args: list[str], dashdash: bool, env: Mapping[str, str], cwd: str, say: Say, stop: Any
+    ) -> None:
+        self.args = args
+        self.dashdash = dashdash  # the arguments followed "--"
+        self.env = env
+        self.cwd = cwd
+        self.say = say
+        self.stop = stop  # what ends a watch or a run as SIGTERM does, or None
+        self.started = time.monotonic()
+
+
+class Trap:
+    """What a verb that runs until a signal asks of the cli: ``handler(signum)`` for SIGTERM, SIGINT and
+    ``extra``, and ``stop`` (with ``close()``), handed to ``run`` as ``call.stop``."""
+
+    __slots__ = ("stop", "handler", "extra")
+
+    def __init__(self, stop: Any, handler: Callable[[int], None], extra: int | None = None) -> None:
+        self.stop = stop
+        self.handler = handler
+        self.extra = extra
+
+
+class Command:
+    """One verb: its declarations, and the checks every verb makes before it runs."""
+
+    name = ""
+    synopsis = ""
+    summary = ""
+    traps = False  #: runs until SIGTERM or SIGINT: the cli traps them with ``trap()``
+
+    def __init__(self) -> None:
+        fs = self.fs = FlagSet(self.name)
+        self.checkpoint = fs.string(
+            "checkpoint", "", "the checkpoint `ROOT`: a directory, or s3://BUCKET/PREFIX (env CHECKPOINT)"
+        )
+        self.creds = fs.string(
+            "creds",
+            "",
+            "S3 only: the credential sources, a comma-separated `LIST` of kind:location, tried in order",
+        )
+        self.proxy = fs.string(
+            "proxy", "", "S3 only: the proxy `URL` for the store, http:// or https:// and host[:port]"
+        )
+        self.timeout = fs.duration(
+            "timeout", 300.0, "time an S3 verb may take, or one watch scan (and watch's last scan)"
+        )
+
+    def usage(self) -> str:
+        return f"usage: {self.synopsis}\n{self.fs.usage()}"
+
+    def trap(self) -> Trap:
+        """What the signals do, for a command with ``traps``: called after its flags are parsed."""
+        raise NotImplementedError
+
+    def run(self, call: Call) -> int:
+        """Do the verb; return the exit status (errors are raised, and the cli maps them)."""
+        raise NotImplementedError
+
+    # The checks and steps the verbs share
+
+    def root(self, call: Call) -> roots.Root:
+        """The checkpoint root (flag, else CHECKPOINT), with the S3-only flags checked against its kind."""
+        text = flag_or_env(self.checkpoint, call.env, "CHECKPOINT")
+        if not text:
+            raise UsageError("-checkpoint is required (or set CHECKPOINT)")
+        root = roots.parse_root(text, call.cwd)
+        if not isinstance(root, roots.S3Root):
+            for flag in (self.creds, self.proxy):
+                if flag.is_set:
+                    raise UsageError(
+                        f"-{flag.name} applies only to s3:// roots; {shown(root.text)} is a POSIX root"
+                    )
+            return root
+        if not self.creds.is_set:
+            raise UsageError(f"-creds is required for the s3:// root {shown(root.text)}")
+        if self.proxy.is_set:
+            from publish.urls import parse_proxy
+
+            value = self.proxy.value
+            try:
+                parse_proxy(value)
+            except ValueError as e:
+                raise UsageError(
+                    f"invalid value {go_quote(redact.url(value))} for flag -proxy: {e}"
+                ) from None
+        return root
+
+    def open(self, call: Call, root: roots.Root, *, renew: bool = False, begin: bool = True) -> stores.Opened:
+        """The store for ``root`` within -timeout of the start; ``begin``: its scan starts now."""
+        timeout = self.timeout.value
+        opened = stores.open(
+            root,
+            env=call.env,
+            deadline=call.started + timeout,
+            creds=self.creds.value,
+            proxy=self.proxy.value,
+            renew_timeout=timeout if renew else None,
+            warn=call.say.warn,
+        )
+        if begin:
+            opened.store.begin(max(call.started + timeout - time.monotonic(), 0.001))
+        return opened
+
+
+def expect_args(call: Call, names: list[str], optional: int = 0) -> None:
+    """Exactly the positional arguments ``names`` (the last ``optional`` of them may be left out)."""
+    need = len(names) - optional
+    if len(call.args) < need:
+        raise UsageError(f"missing argument {names[len(call.args)]}")
+    if len(call.args) > len(names):
+        extra = call.args[len(names)]
+        raise UsageError(
+            f"unexpected argument {quoted(extra)}"
+            + (" (flags go before arguments)" if extra[:1] == "-" else "")
+        )
+
+
+def expect_command(call: Call) -> None:
+    """A COMMAND after ``--``, as ``publish run`` takes it."""
+    if not call.dashdash:
+        raise UsageError("COMMAND must follow --: publish run [flags] -- COMMAND [ARG...]")
+    if not call.args:
+        raise UsageError("missing COMMAND after --")
+
+
+def flag_or_env(flag: Flag[str], env: Mapping[str, str], var: str) -> str:
+    """The flag's text when given, else the variable's; an explicitly empty flag is a usage error."""
+    if flag.is_set:
+        if flag.value == "":
+            raise UsageError(f"-{flag.name} is empty")
+        return flag.value
+    return env.get(var, "")
+
+
+def decimal(what: str) -> Callable[[str], int]:
+    """A parser for a plain decimal in [0, 10^20): epochs and steps."""
+
+    def parse(text: str) -> int:
+        if text[:1] == "-":  # no sign: "-1" is malformed, not too small
+            raise ValueError(PARSE_ERROR)
+        try:
+            return parse_decimal(text, below=layout.LIMIT)
+        except ValueError as e:
+            if str(e) == PARSE_ERROR:
+                raise
+            raise ValueError(f"{what} must be below 10^20") from None
+
+    return parse
+
+
+def epoch_flag(fs: FlagSet, default: str) -> Flag[int | None]:
+    return fs.custom(
+        "epoch",
+        None,
+        f"the dispatch epoch `N` (env DISPATCH_EPOCH; default {default})",
+        decimal("epoch"),
+        "N",
+    )
+
+
+def epoch(flag: Flag[int | None], env: Mapping[str, str]) -> int:
+    """-epoch when given, else DISPATCH_EPOCH, else 0."""
+    if flag.value is not None:
+        return flag.value
+    text = env.get("DISPATCH_EPOCH", "")
+    if not text:
+        return 0
+    try:
+        return decimal("epoch")(text)
+    except ValueError as e:
+        raise UsageError(f"invalid value {go_quote(text)} for DISPATCH_EPOCH: {e}") from None
+
+
+def given_epoch(flag: Flag[int | None], env: Mapping[str, str]) -> int | None:
+    """The epoch -epoch or DISPATCH_EPOCH gives, else None (the verb derives one)."""
+    return epoch(flag, env) if flag.is_set or env.get("DISPATCH_EPOCH") else None
+
+
+def _framework(text: str) -> str:
+    if text not in FRAMEWORKS:
+        raise ValueError("must be " + ", ".join(FRAMEWORKS))
+    return text
+
+
+class SavesCommand(Command):
+    """watch and run: the saves of one framework, scanned every -interval until SIGTERM or SIGINT."""
+
+    traps = True
+    attempt_usage = ""
+    epoch_default = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        fs = self.fs
+        self.framework = fs.custom(
+            "framework",
+            None,
+            "which saves to publish: hf, dcp, snapshot, lightning or deepspeed",
+            _framework,
+            "name",
+        )
+        self.interval = fs.duration("interval", 10.0, "time between scans")
+        self.attempt = fs.string("attempt", "", self.attempt_usage)
+        self.epoch = epoch_flag(fs, self.epoch_default)
+
+    def chosen(self) -> Framework:
+        """The -framework given; it is required."""
+        if self.framework.value is None:
+            raise UsageError("-framework is required: hf, dcp, snapshot, lightning or deepspeed")
+        return FRAMEWORKS[self.framework.value]
+
+
+def parse_signal(text: str) -> int:
+    """``USR1``, ``SIGUSR1`` or ``10``: a signal a handler can catch, other than SIGCHLD."""
+    import signal
+
+    name = text.upper()
+    try:
+        sig = (
+            signal.Signals(int(name))
+            if name.isdigit()
+            else signal.Signals[name if name[:3] == "SIG" else "SIG" + name]
+        )
+    except (KeyError, ValueError):
+        raise ValueError("not a signal name") from None
+    if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+        raise ValueError(f"{sig.name} cannot be caught and passed on")
+    return int(sig)
+
+
+def check_attempt(attempt: str) -> str:
+    if not attempt or "/" in attempt or "\0" in attempt or attempt in (".", ".."):
+        raise UsageError(f"attempt {quoted(attempt)} is not one path element")
+    return attempt

@@ -1,0 +1,47 @@
+"""publish.cli's command table: one module per verb, declaring its synopsis, summary, flags and run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from publish import cli, roots, stores
+from publish.stores.posix import PosixStore
+from publish.verbs.common import Command
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("verb", cli.VERBS)
+def test_each_verb_is_one_module_declaring_its_command(verb: str) -> None:
+    command = cli.command(verb)
+    assert isinstance(command, Command) and command.name == verb
+    assert command.synopsis.startswith(f"publish {verb} -checkpoint ")
+    assert command.summary and command.summary in cli.verb_list()
+    usage = command.usage()
+    assert usage.startswith(f"usage: {command.synopsis}\n") and "\n  -checkpoint ROOT\n" in usage
+    assert command.fs is not cli.command(verb).fs  # a fresh flag set for each command line
+
+
+def test_a_posix_root_opens_a_posix_store_without_the_probe_capability(tmp_path: Path) -> None:
+    opened = stores.open(roots.parse_root(str(tmp_path), "/"), env={}, deadline=0.0)
+    assert isinstance(opened.store, PosixStore) and (opened.source, opened.probe) == ("", None)
+
+
+def test_a_posix_resolve_imports_nothing_of_the_network(tmp_path: Path) -> None:
+    """The S3 store, the credential sources, the wire and their standard modules stay out of a POSIX resolve
+    (-S: without site, whose .pth files import re and typing themselves)."""
+    code = (
+        "import sys; from publish.cli import main; "
+        f"code = main(['resolve', '-checkpoint', {str(tmp_path)!r}], {{}}, sys.stdout, sys.stderr); "
+        "print(code, sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('ssl', 'http', 'xml', 'json', 're', 'typing', 'threading', 'socket', 'urllib') "
+        "or m.startswith(('publish.creds', 'publish.stores.s3', 'publish.s3client', 'publish.net'))))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert (r.stdout, r.stderr) == ("0 []\n", "")
