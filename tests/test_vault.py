@@ -14,7 +14,8 @@ from publish.creds.sources import NotAnswering, parse_sources, resolve
 from publish.creds.vault import DEFAULT_JWT, Location, VaultSource, parse_location, redact
 from publish.errors import CredentialsError
 from tests.netfixtures import Proxy
-from tests.vault_server import Bao, free_port
+from tests.ports import free_port
+from tests.vault_server import Bao
 
 AK = "AKIAVAULTEXAMPLE0001"
 SK = "vault-secret-access-key/EXAMPLE+0001"
