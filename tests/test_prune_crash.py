@@ -313,8 +313,8 @@ def test_prune_killed_at_random_moments_is_finished_by_the_next(tmp_path: Path) 
 
 @pytest.mark.s3
 def test_s3_prune_cut_at_every_request_is_finished_by_the_next(weed: Any, tmp_path: Path) -> None:
+    from tests.fault_proxy import Action, FaultProxy, Respond
     from tests.s3roots import Root
-    from tests.servers import Action, FaultProxy, Respond
 
     proxy = FaultProxy(weed.endpoint)
 
