@@ -19,35 +19,15 @@ from typing import Any, Callable
 import pytest
 
 from publish.cli import main
+from tests.secret_log import record_output
+from tests.secret_log import remember_secret as remember_secret  # tests import it from here
 
-# Session-scoped servers shared by every test module (started only when a test asks for them).
-pytest_plugins = ["tests.servers", "tests.vault_server"]
+# Session-scoped servers shared by every test module (started only when a test asks for them), and the
+# session-end check that no registered secret reached an output.
+pytest_plugins = ["tests.servers", "tests.vault_server", "tests.no_secrets"]
 
 REPO = Path(__file__).resolve().parent.parent
 CI = os.environ.get("CI") == "true"
-
-
-# Every secret value the tests hand to the command, and everything the command printed: the last test
-# (tests/test_zz_no_secrets.py) checks that no secret ever reached an output.
-SECRETS: set[str] = set()
-CAPTURED: list[tuple[str, str]] = []
-
-
-def remember_secret(*values: str) -> None:
-    """Register secret values (keys, tokens, secret_ids, JWTs) that must never appear in any output."""
-    SECRETS.update(v for v in values if v)
-
-
-def record_output(where: str, *texts: str) -> None:
-    """Keep an output the command produced, for the no-secrets check."""
-    CAPTURED.extend((where, t) for t in texts if t)
-
-
-def pytest_runtest_logreport(report: Any) -> None:
-    for name, text in getattr(report, "sections", []):
-        record_output(f"{report.nodeid} {name}", text)
-    if report.longreprtext:
-        record_output(f"{report.nodeid} failure", report.longreprtext)
 
 
 def need(condition: bool, why: str) -> None:

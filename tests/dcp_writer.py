@@ -10,14 +10,9 @@ group leaks into the test process.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port
 
 
 def _rank(rank: int, path: str, port: int, collectives: bool) -> None:
@@ -54,7 +49,7 @@ def main(argv: list[str]) -> None:
 
     path = argv[0]
     collectives = "--no-collectives" not in argv
-    mp.spawn(_rank, args=(path, _free_port(), collectives), nprocs=2)
+    mp.spawn(_rank, args=(path, free_port(), collectives), nprocs=2)
 
 
 if __name__ == "__main__":

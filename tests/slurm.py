@@ -25,7 +25,6 @@ import contextlib
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, base_env, command, need
+from tests.ports import free_port
 
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue", "srun", "setpriv")
 FINAL = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "DEADLINE"}
@@ -50,12 +50,6 @@ def installed() -> bool:
     if os.geteuid() == 0 and shutil.which("apt-get"):
         subprocess.run(["bash", str(REPO / "tests" / "slurm_setup.sh")], capture_output=True, timeout=900)
     return all(shutil.which(t) for t in TOOLS)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def parse_show(text: str) -> list[dict[str, str]]:

@@ -5,91 +5,21 @@ from __future__ import annotations
 import math
 import signal
 import threading
-import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from publish import layout
 from tests import dcp_shapes
-from tests.conftest import Result, Watch, remember_secret, run_cli
-from tests.netfixtures import Proxy, TestCA, TLSFront, dead_port
-from tests.servers import FaultProxy, Respond, S3Server, Weed
+from tests.conftest import Result, Watch, run_cli
+from tests.fault_proxy import FaultProxy, Respond
+from tests.netfixtures import Proxy, TestCA, TLSFront
+from tests.ports import dead_port
+from tests.s3roots import Root, creds_dir
+from tests.servers import S3Server, Weed
 
 pytestmark = pytest.mark.s3
-
-
-def creds_dir(base: Path, server: S3Server, endpoint: str | None = None, **fields: str) -> str:
-    """A private ``file:`` source directory holding the server's key."""
-    d = base / f"creds-{uuid.uuid4().hex[:8]}"
-    d.mkdir(mode=0o700)
-    values = {
-        "access_key_id": server.access_key,
-        "secret_access_key": server.secret_key,
-        "endpoint": endpoint or server.endpoint,
-        "region": server.region,
-        **fields,
-    }
-    for name, value in values.items():
-        p = d / name
-        p.write_text(value + "\n")
-        p.chmod(0o600)
-    remember_secret(values["access_key_id"], values["secret_access_key"])
-    return f"file:{d}"
-
-
-def client(server: S3Server) -> Any:
-    """boto3, without ``Expect: 100-continue``: after an empty PUT on a kept connection, SeaweedFS leaves a
-    PUT with a body that expects a 100 waiting out boto3's 60 s read timeout."""
-    s3 = server.client()
-
-    def drop_expect(request: Any, **kw: Any) -> None:
-        request.headers.pop("Expect", None)
-
-    s3.meta.events.register("before-send.s3", drop_expect)
-    return s3
-
-
-class Root:
-    """An s3:// root on one server: a fresh prefix in a shared bucket, with a boto3 client beside it."""
-
-    def __init__(self, server: S3Server, tmp: Path, endpoint: str | None = None) -> None:
-        self.server = server
-        self.bucket = server.shared_bucket()
-        self.prefix = "run-" + uuid.uuid4().hex[:10]
-        self.url = f"s3://{self.bucket}/{self.prefix}"
-        self.creds = creds_dir(tmp, server, endpoint)
-        self.s3 = client(server)
-
-    def run(self, verb: str, *args: str, env: dict[str, str] | None = None) -> Result:
-        return run_cli(verb, "-checkpoint", self.url, "-creds", self.creds, *args, env=env)
-
-    def put(self, key: str, body: bytes = b"") -> None:
-        self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{key}", Body=body)
-
-    def put_many(self, keys: list[str], body: bytes = b"") -> None:
-        s3 = client(self.server)
-        with ThreadPoolExecutor(16) as pool:
-            list(
-                pool.map(
-                    lambda k: s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{k}", Body=body), keys
-                )
-            )
-
-    def keys(self, under: str = "") -> list[str]:
-        found: list[str] = []
-        pages = self.s3.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=f"{self.prefix}/{under}"
-        )
-        for page in pages:
-            found += [o["Key"][len(self.prefix) + 1 :] for o in page.get("Contents", [])]
-        return sorted(found)
-
-    def entries(self) -> list[str]:
-        return [k[len("pub/") :] for k in self.keys("pub/")]
 
 
 @pytest.fixture
@@ -321,7 +251,7 @@ def test_store_errors_name_operation_and_code(weed: Weed, tmp_path: Path, fault_
 
 
 def test_timeout_bounds_a_verb(weed: Weed, tmp_path: Path, fault_proxy: FaultProxy) -> None:
-    from tests.servers import Stall
+    from tests.fault_proxy import Stall
 
     root = proxied(weed, tmp_path, fault_proxy)
     fault_proxy.add(Stall(30), kind="LIST")
@@ -334,7 +264,7 @@ def test_timeout_bounds_a_verb(weed: Weed, tmp_path: Path, fault_proxy: FaultPro
 
 
 def hf_state(step: int) -> bytes:
-    from tests.test_trainer_state import real_state
+    from tests.trainer_saves import real_state
 
     return real_state(step)
 

@@ -13,12 +13,9 @@ PUBLISH_CRASH_SEED and PUBLISH_CRASH_TRIALS change the seed and the number of tr
 
 from __future__ import annotations
 
-import io
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,79 +24,15 @@ from typing import Callable
 import pytest
 
 from publish import layout
-from publish.cli import main
 from publish.verbs.prune import plan
-from tests.conftest import REPO, base_env, spawn
+from tests.conftest import spawn
+from tests.crash import Driver, run
 
 pytestmark = pytest.mark.slow
 
 SEED = int(os.environ.get("PUBLISH_CRASH_SEED", "20240601"))
 TRIALS = int(os.environ.get("PUBLISH_CRASH_TRIALS", "200"))
 WHOLE_TRIALS = max(TRIALS // 5, 10)
-
-DRIVER = """
-import os, sys, time
-from publish.cli import main
-import publish.stores.posix, publish.verbs.publish, publish.verbs.prune, publish.verbs.resolve
-sys.stdout.write("ready\\n")
-sys.stdout.flush()
-if sys.stdin.buffer.read(1) != b"g":
-    os._exit(3)
-start = time.perf_counter()
-code = main(sys.argv[1:], os.environ, sys.stdout, sys.stderr)
-sys.stdout.flush()
-sys.stderr.write("\\nthe verb took %.6f s\\n" % (time.perf_counter() - start))
-sys.stderr.flush()
-os._exit(code)
-"""
-
-
-class Driver:
-    """One verb in a child process, imported and waiting for the go byte."""
-
-    def __init__(self, *args: str) -> None:
-        env = {**base_env(), "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-S", "-c", DRIVER, *args],
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        assert self.proc.stdout is not None and self.proc.stdin is not None
-        line = self.proc.stdout.readline()
-        if line != b"ready\n":
-            self.proc.kill()
-            _, err = self.proc.communicate()
-            raise AssertionError(f"driver did not start: {line!r} {err!r}")
-
-    def go(self) -> float:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(b"g")
-        self.proc.stdin.flush()
-        return time.perf_counter()
-
-    def finish(self) -> tuple[int, bytes, bytes]:
-        out, err = self.proc.communicate(timeout=60)
-        return self.proc.returncode, out, err
-
-    def kill_after(self, delay: float) -> bool:
-        """Start the verb, SIGKILL it ``delay`` seconds later; True when the kill cut it short."""
-        start = self.go()
-        while time.perf_counter() - start < delay:  # sleep() overshoots by more than the shortest delays
-            if delay - (time.perf_counter() - start) > 0.005:
-                time.sleep(0.001)
-        self.proc.send_signal(signal.SIGKILL)
-        code, _, err = self.finish()
-        if code != -signal.SIGKILL:
-            assert code == 0, err
-        return code == -signal.SIGKILL
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), {}, out, err, cwd="/")
-    return code, out.getvalue(), err.getvalue()
 
 
 def entries(root: Path) -> list[str]:

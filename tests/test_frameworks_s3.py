@@ -140,7 +140,7 @@ def test_lightning_checkpoint_objects_are_judged_by_their_archive(s3root: Root) 
 
 
 def test_hf_shard_index_on_s3(s3root: Root) -> None:
-    from tests.test_trainer_state import real_state
+    from tests.trainer_saves import real_state
 
     s3root.put("exec/A/checkpoint-5/trainer_state.json", real_state(5))
     s3root.put(

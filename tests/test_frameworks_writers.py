@@ -172,7 +172,7 @@ def test_dcp_a_hostile_metadata_stops_watch_naming_it_and_runs_nothing(tmp_path:
 
 
 def test_hf_a_sharded_save_waits_for_every_shard_its_index_names(tmp_path: Path) -> None:
-    from tests.test_trainer_state import real_state
+    from tests.trainer_saves import real_state
 
     root = tmp_path / "ckpt"
     folder = root / "exec" / "A" / "checkpoint-8"
@@ -201,7 +201,7 @@ def test_hf_a_sharded_save_waits_for_every_shard_its_index_names(tmp_path: Path)
 )
 def test_hf_a_faulty_shard_index_stops_watch(tmp_path: Path, index: bytes, why: str) -> None:
     from publish.errors import Failure
-    from tests.test_trainer_state import real_state
+    from tests.trainer_saves import real_state
 
     root = tmp_path / "ckpt"
     folder = root / "exec" / "A" / "checkpoint-9"
@@ -339,7 +339,7 @@ def test_hf_a_real_sharded_save_uploaded_state_first_waits_for_its_last_shard(tm
     need(_have("transformers"), "transformers is not installed")
     import transformers
 
-    from tests.test_trainer_state import real_state
+    from tests.trainer_saves import real_state
 
     real = tmp_path / "real"
     config = transformers.BertConfig(

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from publish import net, trust, urls
-from tests.netfixtures import Proxy, Server, TestCA, dead_port
+from tests.netfixtures import Proxy, Server, TestCA
+from tests.ports import dead_port
 
 # ------------------------------------------------------------------------------------------- parsing
 

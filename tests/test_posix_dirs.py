@@ -16,8 +16,8 @@ from publish.errors import Failure
 from publish.stores.base import Removal
 from publish.stores.posix import PosixStore
 from tests.conftest import REPO, Watch, run_cli
-from tests.test_races import memory_dir
-from tests.test_trainer_state import real_state
+from tests.scratch import memory_dir
+from tests.trainer_saves import real_state
 
 # --- pub/ and exec/ must be real directories, for every verb ------------------------------------------------
 

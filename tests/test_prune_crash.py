@@ -8,7 +8,6 @@ removed), with SIGKILL at random moments of a prune in a child process (PUBLISH_
 
 from __future__ import annotations
 
-import io
 import os
 import random
 import shutil
@@ -21,80 +20,18 @@ from typing import Any
 import pytest
 
 from publish import layout
-from publish.cli import main
 from publish.stores.posix import PosixStore
 from publish.verbs import Say
 from publish.verbs.prune import plan, prune
 from tests import dcp_shapes
 from tests.conftest import Watch, run_cli
-from tests.test_crash import Driver
+from tests.crash import Cut, Driver, Killed, build, run, tree
 
 SEED = int(os.environ.get("PUBLISH_CRASH_SEED", "20261201"))
 TRIALS = int(os.environ.get("PUBLISH_PRUNE_TRIALS", "200"))
 
 
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), {}, out, err, cwd="/")
-    return code, out.getvalue(), err.getvalue()
-
-
 # -- a root, and its whole tree --------------------------------------------------------------------------
-
-
-def build(base: Path, name: str, folders: int = 12, files: int = 4, big: int = 120) -> tuple[Path, Path]:
-    """A root of nested saves and many entries, and a directory outside it that a link inside points to.
-
-    exec/a and exec/b hold saves (each a few files and a nested folder, one much bigger); old entries also
-    name a whole execution folder (exec/c), a folder inside a save, and a save reached through a link."""
-    root, outside = base / name / "root", base / name / "outside"
-    (root / "pub").mkdir(parents=True)
-    (outside / "checkpoint-0").mkdir(parents=True)
-    (outside / "checkpoint-0" / "w").write_bytes(b"outside")
-    (root / "exec").mkdir()
-    (root / "exec" / "L").symlink_to("../../outside")  # relative, so every root's tree reads the same
-    made = [layout.Entry(0, 0, "exec/L/checkpoint-0")]
-    for k in range(folders):
-        attempt = "a" if k < folders // 2 else "b"
-        path = f"exec/{attempt}/checkpoint-{k}"
-        folder = root / path
-        (folder / "nested").mkdir(parents=True)
-        for j in range(big if k == 1 else files):
-            (folder / f"shard-{j}.bin").write_bytes(f"{path} {j}".encode())
-        (folder / "nested" / "state").write_bytes(b"s")
-        made.append(layout.Entry(0 if attempt == "a" else 1, k, path))
-    (root / "exec" / "c" / "checkpoint-0").mkdir(parents=True)
-    (root / "exec" / "c" / "checkpoint-0" / "w").write_bytes(b"c")
-    made += [
-        layout.Entry(0, 0, "exec/c"),
-        # A newer entry inside an older one's folder: cut between the two entries' removals, the folder of
-        # the first must still go, though the second (about to go too) lies inside it.
-        layout.Entry(0, 3, "exec/c/checkpoint-0"),
-        layout.Entry(0, 1, "exec/a/checkpoint-2/nested"),
-        layout.Entry(0, 2, f"exec/b/checkpoint-{folders - 1}/nested"),  # inside a save that stays
-    ]
-    for entry in made:
-        (root / "pub" / entry.name).touch()
-    return root, outside
-
-
-def tree(*dirs: Path) -> dict[str, Any]:
-    """Every path below each of ``dirs`` (relative, prefixed by the index of its dir): a file's bytes, a
-    link's target, or None for a directory."""
-    out: dict[str, Any] = {}
-    for i, top in enumerate(dirs):
-        for where, subdirs, files in os.walk(top):
-            for name in subdirs + files:
-                full = os.path.join(where, name)
-                rel = f"{i}:{os.path.relpath(full, top)}"
-                if os.path.islink(full):
-                    out[rel] = ("link", os.readlink(full))
-                elif os.path.isdir(full):
-                    out[rel] = None
-                else:
-                    with open(full, "rb") as f:
-                        out[rel] = f.read()
-    return out
 
 
 def prune_args(root: Path, keep: int) -> list[str]:
@@ -254,51 +191,6 @@ def test_resolve_and_watch_are_not_confused_by_tomb(tmp_path: Path) -> None:
 # -- every cut point, in-process ------------------------------------------------------------------------
 
 
-class Killed(BaseException):
-    pass
-
-
-class Cut:
-    """A PosixStore that stops dead after ``budget`` steps: each tombstone, entry and tombstone removal is a
-    step, and a folder's removal two (half of its files, then the rest)."""
-
-    def __init__(self, store: PosixStore, budget: int) -> None:
-        self.store, self.budget, self.steps = store, budget, 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
-
-    def _take(self) -> None:
-        if self.steps >= self.budget:
-            raise Killed
-        self.steps += 1
-
-    def create_tombs(self, names: list[str]) -> None:
-        for n in names:
-            self._take()
-            self.store.create_tombs([n])
-
-    def remove_entries(self, names: list[str]) -> None:
-        for n in names:
-            self._take()
-            self.store.remove_entries([n])
-
-    def remove_tombs(self, names: list[str]) -> None:
-        for n in names:
-            self._take()
-            self.store.remove_tombs([n])
-
-    def remove_folder(self, path: str) -> Any:
-        self._take()
-        full = Path(self.store.location(path))
-        if full.is_dir() and not any(p.is_symlink() for p in [full, *full.parents]):
-            files = sorted(p for p in full.rglob("*") if p.is_file())
-            for p in files[: len(files) // 2]:
-                p.unlink()
-        self._take()
-        return self.store.remove_folder(path)
-
-
 def test_a_prune_cut_at_every_step_is_finished_by_the_next(tmp_path: Path) -> None:
     for keep in (1, 3):
         want = reference(tmp_path, keep)
@@ -421,8 +313,8 @@ def test_prune_killed_at_random_moments_is_finished_by_the_next(tmp_path: Path) 
 
 @pytest.mark.s3
 def test_s3_prune_cut_at_every_request_is_finished_by_the_next(weed: Any, tmp_path: Path) -> None:
-    from tests.servers import Action, FaultProxy, Respond
-    from tests.test_cli_s3 import Root
+    from tests.fault_proxy import Action, FaultProxy, Respond
+    from tests.s3roots import Root
 
     proxy = FaultProxy(weed.endpoint)
 

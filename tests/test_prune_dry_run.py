@@ -17,9 +17,9 @@ from publish.stores.posix import PosixStore
 from publish.verbs import Say
 from publish.verbs.prune import prune
 from tests.conftest import run_cli
+from tests.crash import Cut, Killed, build, tree
+from tests.s3roots import Root
 from tests.servers import S3Server
-from tests.test_cli_s3 import Root
-from tests.test_prune_crash import Cut, Killed, build, tree
 
 
 def would(real_out: str, real_err: str) -> tuple[list[str], str]:

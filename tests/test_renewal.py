@@ -10,8 +10,9 @@ import pytest
 from publish import layout
 from tests import dcp_shapes
 from tests.conftest import Watch, remember_secret, run_cli
-from tests.servers import FaultProxy, Respond, Weed
-from tests.test_cli_s3 import client
+from tests.fault_proxy import FaultProxy, Respond
+from tests.s3roots import client
+from tests.servers import Weed
 from tests.vault_server import Bao
 
 pytestmark = [pytest.mark.s3, pytest.mark.vault]

@@ -19,8 +19,9 @@ from publish.errors import Failure
 from publish.stores.posix import PosixStore
 from publish.stores.s3 import S3Store
 from tests.conftest import REPO, command, need, run_cli
-from tests.servers import FaultProxy, S3Server, Weed
-from tests.test_cli_s3 import Root
+from tests.fault_proxy import FaultProxy
+from tests.s3roots import Root
+from tests.servers import S3Server, Weed
 
 
 def publish_entry(root: Path, step: int, path: str, epoch: int = 0) -> str:

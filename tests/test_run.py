@@ -20,7 +20,7 @@ from publish import layout
 from publish.errors import Failure
 from publish.verbs import run as run_verb
 from tests.conftest import REPO, base_env, record_output, run_cli, spawn
-from tests.test_watch import hf_save
+from tests.trainer_saves import hf_save
 
 TRAINER = [sys.executable, str(REPO / "examples" / "tiny_trainer.py")]
 # COMMAND that writes its arguments and the variables publish run gives it to $OUT

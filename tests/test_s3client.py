@@ -14,7 +14,8 @@ import pytest
 
 from publish.errors import StoreError
 from publish.s3client import GET_LIMIT, S3Client
-from tests.servers import Drop, FaultProxy, ForwardThenDrop, Respond, S3Server, Stall, Weed
+from tests.fault_proxy import Drop, FaultProxy, ForwardThenDrop, Respond, Stall
+from tests.servers import S3Server, Weed
 
 pytestmark = pytest.mark.s3
 

@@ -13,7 +13,8 @@ from publish import layout
 from publish.creds.model import Credentials
 from publish.errors import StoreError
 from publish.stores.s3 import PROBE_NAME, S3Store
-from tests.servers import FaultProxy, Respond, S3Server, Weed
+from tests.fault_proxy import FaultProxy, Respond
+from tests.servers import S3Server, Weed
 from tests.store_contract import StoreContract
 
 pytestmark = pytest.mark.s3

@@ -13,9 +13,10 @@ from publish.errors import Failure
 from publish.stores.posix import PosixStore
 from publish.verbs import status as status_module
 from tests.conftest import Result, command, need, run_cli
-from tests.servers import FaultProxy, Respond, S3Server, Weed
-from tests.test_cli_s3 import Root
-from tests.test_prune_crash import tree
+from tests.crash import tree
+from tests.fault_proxy import FaultProxy, Respond
+from tests.s3roots import Root
+from tests.servers import S3Server, Weed
 
 
 def state(step: int) -> bytes:

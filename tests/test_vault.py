@@ -17,7 +17,8 @@ from publish.creds.vault import VaultSource
 from publish.errors import CredentialsError
 from publish.redact import url as redact
 from tests.netfixtures import Proxy
-from tests.vault_server import Bao, free_port
+from tests.ports import free_port
+from tests.vault_server import Bao
 
 AK = "AKIAVAULTEXAMPLE0001"
 SK = "vault-secret-access-key/EXAMPLE+0001"

