@@ -356,7 +356,7 @@ def test_one_file_unpacks_tls_only_when_needed(binary: Path, tmp_path: Path) -> 
 
 LAZY_PROBE = """
 import os, sys
-exec(open(sys.argv[1]).read().split("\\n_install()\\n")[0])  # packaging/boot.py up to its start-up
+exec(open(sys.argv[1]).read().split("\\n_install()\\n")[0])  # packaging/build/boot.py up to its start-up
 _install()
 import encodings.idna, hashlib, http.client, json, ssl, uuid, xml.etree.ElementTree, publish.s3client
 assert "x".encode("idna") == b"x" and ssl.create_default_context() and hashlib.sha256(b"").digest()
@@ -367,7 +367,7 @@ print(" ".join(sorted(os.listdir(sys.prefix + "/_internal"))))
 
 
 def test_lazy_members_are_unpacked_on_first_import(binary: Path, tmp_path: Path) -> None:
-    """packaging/boot.py's finder, on a tree holding only what the launcher unpacks and the one file open as
+    """packaging/build/boot.py's finder, on a tree holding only what the launcher unpacks and the one file open as
     its payload: the modules of more.zip, the extension modules and OpenSSL come out on first import."""
     tree = tmp_path / "tree"
     shutil.copytree(FOLDER / "libexec" / "publish", tree, symlinks=True)
@@ -385,7 +385,7 @@ def test_lazy_members_are_unpacked_on_first_import(binary: Path, tmp_path: Path)
                     str(tree / "_internal"),
                 ),
                 *(str(tree / "publish"), "-I", "-S", "-X", f"publish-payload={payload.fileno()}"),
-                *("-c", LAZY_PROBE, str(REPO / "packaging" / "boot.py")),
+                *("-c", LAZY_PROBE, str(REPO / "packaging" / "build" / "boot.py")),
             ],
             capture_output=True,
             text=True,
@@ -632,7 +632,9 @@ def test_tls_with_a_bundle_that_does_not_hold_the_ca_fails(
 def test_install_module_tree(binary: Path, tmp_path: Path) -> None:
     prefix = tmp_path / "sw"
     r = subprocess.run(
-        [str(REPO / "packaging" / "install-module"), str(prefix), "9.8.7"], capture_output=True, text=True
+        [str(REPO / "packaging" / "install" / "install-module"), str(prefix), "9.8.7"],
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 0, r.stderr
     home = prefix / "publish" / "9.8.7"
@@ -651,7 +653,7 @@ def test_install_module_tree(binary: Path, tmp_path: Path) -> None:
 
 
 def test_install_module_refuses_an_existing_version(binary: Path, tmp_path: Path) -> None:
-    script = str(REPO / "packaging" / "install-module")
+    script = str(REPO / "packaging" / "install" / "install-module")
     assert subprocess.run([script, str(tmp_path), "1.0"], capture_output=True).returncode == 0
     r = subprocess.run([script, str(tmp_path), "1.0"], capture_output=True, text=True)
     assert r.returncode == 1 and "already installed" in r.stderr
@@ -670,7 +672,9 @@ def lmod() -> list[str]:
 @pytest.mark.parametrize("kind", ["lua", "tcl"])
 def test_module_load_puts_publish_on_path(binary: Path, tmp_path: Path, kind: str) -> None:
     prefix = tmp_path / "sw"
-    subprocess.run([str(REPO / "packaging" / "install-module"), str(prefix)], check=True, capture_output=True)
+    subprocess.run(
+        [str(REPO / "packaging" / "install" / "install-module"), str(prefix)], check=True, capture_output=True
+    )
     modules = prefix / "modulefiles"
     if kind == "tcl":
         for lua in modules.rglob("*.lua"):
@@ -721,7 +725,9 @@ def test_environment_modules_loads_and_unloads_the_tcl_file(
     """The Tcl module file through Environment Modules itself, not through Lmod's reading of it."""
     prefix = tmp_path / "sw"
     subprocess.run(
-        [str(REPO / "packaging" / "install-module"), str(prefix), "9.8.7"], check=True, capture_output=True
+        [str(REPO / "packaging" / "install" / "install-module"), str(prefix), "9.8.7"],
+        check=True,
+        capture_output=True,
     )
     for lua in (prefix / "modulefiles").rglob("*.lua"):
         lua.unlink()  # the Tcl file alone
@@ -751,7 +757,7 @@ def test_environment_modules_loads_and_unloads_the_tcl_file(
 
 
 def test_clean_unpacked_removes_only_directories_no_process_uses(binary: Path, tmp_path: Path) -> None:
-    """packaging/clean-unpacked, for a job epilog: the cleaner dies with the job when the batch system kills
+    """packaging/install/clean-unpacked, for a job epilog: the cleaner dies with the job when the batch system kills
     the job's whole cgroup, and the unpack directory stays."""
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -766,7 +772,7 @@ def test_clean_unpacked_removes_only_directories_no_process_uses(binary: Path, t
         old = time.time() - 600
         for d in (orphan, running):
             os.utime(d, (old, old))
-        script = str(REPO / "packaging" / "clean-unpacked")
+        script = str(REPO / "packaging" / "install" / "clean-unpacked")
         r = subprocess.run([script, str(tmpdir)], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert not orphan.exists()

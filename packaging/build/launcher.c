@@ -7,7 +7,7 @@
  *     ROOT/ld-publish.so.1 --inhibit-cache --library-path ROOT/_internal ROOT/publish [PYTHON ARGS] ARGS...
  * so no library of the node is used: not its loader, not its libc, not its ld.so.cache. In the interpreter
  * form (built with -DPUBLISH_INTERPRETER) ROOT/publish is the Python interpreter and PYTHON ARGS are
- * `-I -S [-X publish-payload=FD] -c "import _publish_boot"` (packaging/boot.py).
+ * `-I -S [-X publish-payload=FD] -c "import _publish_boot"` (packaging/build/boot.py).
  *
  * Two forms:
  *   folder:   no payload; ROOT is ../libexec/publish next to this file (links resolved).
@@ -17,7 +17,7 @@
  *             $HOME), so a noexec /tmp is passed over. Each start has its own directory: concurrent starts
  *             share nothing. Members flagged lazy (OpenSSL, extension modules, modules only S3 and Vault
  *             use) are not unpacked here: this file stays open as descriptor FD and the program unpacks them
- *             into the same directory on first import (packaging/boot.py).
+ *             into the same directory on first import (packaging/build/boot.py).
  *
  * In both forms the loader is exec'd in place: the process keeps its pid, receives its signals directly and
  * its exit status is the program's. The one-file form removes its directory through a small detached process
@@ -52,7 +52,7 @@
 #define KIND_LINK 2
 #define CODEC_RAW 0
 #define CODEC_LZ4 1
-#define CODEC_ZLIB 2  /* lazy members only: the program unpacks those itself (packaging/boot.py) */
+#define CODEC_ZLIB 2  /* lazy members only: the program unpacks those itself (packaging/build/boot.py) */
 #define FLAG_LAZY 1   /* left in the file: the program unpacks it on first use */
 #define HOLD_FD 1021    /* the program's end of the cleanup pipe: high, out of the way of its own files */
 #define PAYLOAD_FD 1020 /* this file, left open for the program (interpreter form): its lazy members */
@@ -358,7 +358,7 @@ static void run_tree(const char *root, int payload, int argc, char **argv) {
     args[k++] = libs;
     args[k++] = prog;
 #ifdef PUBLISH_INTERPRETER
-    /* ROOT/publish is the Python interpreter itself (packaging/freeze.py python): isolated (no PYTHON*
+    /* ROOT/publish is the Python interpreter itself (packaging/build/freeze.py python): isolated (no PYTHON*
        variables, no user or site packages), then the package's entry point from ROOT/lib/pythonXY.zip */
     args[k++] = "-I";
     args[k++] = "-S";

@@ -1,5 +1,5 @@
 """The first module the frozen interpreter runs: `ROOT/publish -I -S [-X publish-payload=FD] -c "import
-_publish_boot" ARGS` (packaging/launcher.c builds that command; the module is compiled into lib/pythonXY.zip).
+_publish_boot" ARGS` (packaging/build/launcher.c builds that command; the module is compiled into lib/pythonXY.zip).
 
 The modules every start needs are in ROOT/lib/pythonXY.zip, first on sys.path; the others (S3, Vault, TLS, ...)
 are in ROOT/lib/more.zip, which only the finder below reads, so that a POSIX verb never reads its directory.
@@ -11,7 +11,7 @@ sys.meta_path, so asked only for a module found nowhere else, unpacks such an ex
 libraries it needs), or more.zip, into the private directory the launcher made, on first use. A POSIX verb
 never pays for TLS. The folder form has every file on disk and passes no descriptor.
 
-The archive's format is written by packaging/freeze.py and read by packaging/launcher.c; keep the three in step.
+The archive's format is written by packaging/build/freeze.py and read by packaging/build/launcher.c; keep the three in step.
 """
 
 from __future__ import annotations
