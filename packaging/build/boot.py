@@ -134,7 +134,8 @@ class _Finder:
         if os.path.exists(target):
             return
         data = self._data(member)
-        part = target + ".part"
+        # the cache is shared by concurrent starts: each writes its own part, and the rename is atomic
+        part = f"{target}.part-{os.getpid()}"
         try:
             fd = os.open(
                 part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, self.index[member][1] & 0o700
@@ -150,12 +151,13 @@ class _Finder:
             os.close(fd)
             os.rename(part, target)
         except OSError as e:
+            where = "TMPDIR" if "/.publish-" in self.root else "PUBLISH_CACHE_DIR"
             # The verb needs a part of the program the launcher left packed (TLS, S3, Vault): say what
             # could not be written where, and what to do (publish prints an OSError's text and exits 1).
             raise OSError(
                 e.errno,
                 f"cannot unpack {member} into {self.root}: {e.strerror}"
-                " (free space there, or point TMPDIR at another filesystem)",
+                f" (free space there, or point {where} at another filesystem)",
             ) from None
 
 

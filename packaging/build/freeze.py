@@ -304,6 +304,10 @@ def make_onefile(root: Path, launcher: Path, out: Path) -> None:
     if table:
         raw = table.encode()
         add(b".lazy", KIND_FILE, CODEC_ZLIB, FLAG_LAZY, 0o600, zlib.compress(raw, 9), len(raw))
+    # The build's digest (of the launcher and every member): the name of its unpacked copy in the cache, so
+    # two builds never share one. Left packed (flagged lazy); the launcher reads it from the index.
+    build_id = hashlib.sha256(blob).hexdigest().encode()
+    add(b".build-id", KIND_FILE, CODEC_RAW, FLAG_LAZY, 0o600, build_id, len(build_id))
     index_offset = len(blob)
     blob += index
     blob += TRAILER.pack(MAGIC, index_offset, len(index), count)
