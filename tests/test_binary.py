@@ -941,3 +941,26 @@ def test_a_half_filled_copy_is_never_used(binary: Path, tmp_path: Path) -> None:
     assert (r.returncode, r.stdout, r.stderr) == (0, VERSION_LINE, "")
     assert len([n for n in cache_entries(cache) if not n.startswith(".")]) == 1
     assert os.listdir(tmpdir) == []
+
+
+def test_clean_unpacked_removes_fill_directories_left_in_a_cache(binary: Path, tmp_path: Path) -> None:
+    """A start killed while filling the cache leaves CACHE/.tmp-PID-N; clean-unpacked CACHE removes an old one
+    and leaves the build copies and a young fill directory."""
+    cache, tmpdir = tmp_path / "cache", tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = env_for(tmpdir, PUBLISH_CACHE_DIR=str(cache))
+    assert subprocess.run([str(binary), "version"], capture_output=True, env=env).returncode == 0
+    [copy] = cache_entries(cache)
+    old, young = cache / ".tmp-4242-0", cache / ".tmp-4243-1"
+    (old / "lib").mkdir(parents=True)
+    (old / "lib" / "x.so").write_bytes(b"\0" * 64)
+    young.mkdir()
+    then = time.time() - 600
+    for d in (old, cache / copy):
+        os.utime(d, (then, then))
+    script = str(REPO / "packaging" / "install" / "clean-unpacked")
+    r = subprocess.run([script, str(cache)], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"clean-unpacked: removed {old}\n", "")
+    assert cache_entries(cache) == sorted([copy, young.name])
+    r = subprocess.run([str(binary), "version"], capture_output=True, text=True, env=env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, VERSION_LINE, "")
