@@ -1,12 +1,17 @@
 """Start-up cost of `publish`: wall time and peak RSS, per form, as a markdown table.
 
-    python bench/startup.py [-n RUNS]
+    python bench/startup.py [-n RUNS] [--rounds R]
 
-Forms: dist/publish (one file), dist/publish-folder/bin/publish (folder), `python -m publish` (source); and two
-baselines: this Python's `-I -c pass`, and the interpreter the folder carries running `-I -S -c pass` (what
-any start of the frozen program costs before the package's own imports).
+Forms: dist/publish (one file, warm: its unpacked copy already in the cache), the one file without a cache
+(PUBLISH_CACHE_DIR=off: it unpacks on every start), dist/publish-folder/bin/publish (folder), `python -m
+publish` (source); and two baselines: this Python's `-I -c pass`, and the interpreter the folder carries
+running `-I -S -c pass` (what any start of the frozen program costs before the package's own imports).
 Commands: `publish version` and a POSIX `resolve` on a root with 100 publications. Each cell is the median
 of RUNS runs (default 30) after one warm-up run, so the page cache is warm. Run ./build first.
+
+Then the paired comparison the target is about (warm one file <= 1.2x the folder form's CPU): R rounds
+(default 15), each running the one file and the folder alternately 5 times per command; a round's ratio is
+the median CPU of the one file over the folder's; the median ratio over the rounds, and its range.
 """
 
 from __future__ import annotations
@@ -71,16 +76,42 @@ def measure(cmd: list[str], runs: int, env: dict[str, str]) -> tuple[float, floa
     return statistics.median(walls), statistics.median(cpus), statistics.median(rss)
 
 
+def cpu_of(cmd: list[str], env: dict[str, str]) -> float:
+    """CPU time (ms, user + system) of one run."""
+    cpu = cpu_children()
+    if subprocess.run(cmd, stdout=subprocess.DEVNULL, env=env, cwd=REPO).returncode != 0:
+        raise SystemExit(f"{cmd}: failed")
+    return (cpu_children() - cpu) * 1000
+
+
+def paired(a: list[str], b: list[str], rounds: int, env: dict[str, str]) -> tuple[float, float, list[float]]:
+    """Median CPU (ms) of a and of b over all runs, and each round's ratio of medians: a and b alternate, 5
+    runs each a round, after one warm-up run of each (which also fills the one file's cache)."""
+    cpu_of(a, env), cpu_of(b, env)
+    all_a, all_b, ratios = [], [], []
+    for _ in range(rounds):
+        ra, rb = [], []
+        for _ in range(5):
+            ra.append(cpu_of(a, env))
+            rb.append(cpu_of(b, env))
+        all_a += ra
+        all_b += rb
+        ratios.append(statistics.median(ra) / statistics.median(rb))
+    return statistics.median(all_a), statistics.median(all_b), ratios
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=30, help="runs per cell (at least 20)")
+    parser.add_argument("--rounds", type=int, default=15, help="rounds of the paired comparison (at least 5)")
     args = parser.parse_args()
     runs = max(args.n, 20)
     one, folder = REPO / "dist" / "publish", REPO / "dist" / "publish-folder"
     if not one.exists():
         raise SystemExit("dist/publish is missing: run ./build first")
     forms = {
-        "one file": [str(one)],
+        "one file (warm cache)": [str(one)],
+        "one file, no cache": [str(one)],
         "folder": [str(folder / "bin" / "publish")],
         "python -m publish": [sys.executable, "-m", "publish"],
     }
@@ -95,6 +126,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = make_root(Path(tmp))
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "TMPDIR": tmp}
+        env["PUBLISH_CACHE_DIR"] = str(Path(tmp) / "cache")
+        no_cache = dict(env, PUBLISH_CACHE_DIR="off")
         commands = {
             "version": ["version"],
             "resolve (POSIX, 100 entries)": ["resolve", "-checkpoint", str(root)],
@@ -106,11 +139,27 @@ def main() -> int:
         print("| --- | --- | ---: | ---: | ---: |")
         for form, base in forms.items():
             for name, argv in commands.items():
-                wall, cpu, rss = measure(base + argv, runs, env)
+                wall, cpu, rss = measure(base + argv, runs, no_cache if "no cache" in form else env)
                 print(f"| {form} | {name} | {wall:.1f} | {cpu:.1f} | {rss:.1f} |", flush=True)
         for form, cmd in baseline.items():
             wall, cpu, rss = measure(cmd, runs, env)
             print(f"| {form} (baseline) | - | {wall:.1f} | {cpu:.1f} | {rss:.1f} |", flush=True)
+        print()
+        print(
+            f"paired, {max(args.rounds, 5)} rounds of 5 interleaved runs each: CPU of the warm one file / the folder"
+        )
+        print()
+        print("| command | one file CPU ms | folder CPU ms | ratio (median) | ratio range over rounds |")
+        print("| --- | ---: | ---: | ---: | --- |")
+        for name, argv in commands.items():
+            one_ms, folder_ms, ratios = paired(
+                [str(one), *argv], [str(folder / "bin" / "publish"), *argv], max(args.rounds, 5), env
+            )
+            print(
+                f"| {name} | {one_ms:.1f} | {folder_ms:.1f} | {statistics.median(ratios):.2f}x"
+                f" | {min(ratios):.2f}x - {max(ratios):.2f}x |",
+                flush=True,
+            )
         print()
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     size = one.stat().st_size

@@ -1,7 +1,9 @@
-"""The frozen executable (dist/publish, dist/publish-folder): what a compute node gives it, and what it leaves.
+"""The frozen executable (dist/publish, dist/publish-folder, or the one file PUBLISH_BIN names and the folder
+beside it): what a compute node gives it, and what it leaves.
 
 CI runs ./build first; these tests use its output and fail under CI=true when it is missing. The chroot, mount
-and page-cache parts need root (CI runs as root).
+and page-cache parts need root (CI runs as root). The tests marked interpreter_form look inside the default
+form's tree (its zips, its lazy members); ./test deselects them for the PyInstaller and Nuitka builds.
 """
 
 from __future__ import annotations
@@ -21,30 +23,30 @@ from pathlib import Path
 
 import pytest
 
-import publish
-from publish import layout
+from tests.binaries import (
+    BIN,
+    FOLDER,
+    REPO,
+    VERSION_LINE,
+    Chroot,
+    env_for,
+    leftovers,
+    mount,
+    publish_entry,
+    umount,
+    unavailable,
+    wait_gone,
+)
 from tests.netfixtures import TLSFront
 from tests.servers import Moto
 
 pytestmark = pytest.mark.binary
 
-REPO = Path(__file__).resolve().parent.parent
-BIN = REPO / "dist" / "publish"
-FOLDER = REPO / "dist" / "publish-folder"
-VERSION_LINE = f"publish {publish.__version__}\n"
-ON_CI = os.environ.get("CI") == "true"
-
-
-def unavailable(why: str) -> None:
-    if ON_CI:
-        pytest.fail(why)
-    pytest.skip(why)
-
 
 @pytest.fixture(scope="module")
 def binary() -> Path:
     if not os.access(BIN, os.X_OK) or not (FOLDER / "bin" / "publish").exists():
-        unavailable("dist/publish is missing: run ./build first")
+        unavailable(f"{BIN} is missing: run ./build first")
     return BIN
 
 
@@ -52,88 +54,6 @@ def binary() -> Path:
 def as_root() -> None:
     if os.geteuid() != 0:
         unavailable("needs root (chroot, mount)")
-
-
-def mount(*args: str) -> None:
-    subprocess.run(["mount", *args], check=True, capture_output=True)
-
-
-def umount(path: Path) -> None:
-    subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
-
-def leftovers(*dirs: Path) -> set[str]:
-    """The unpack directories of the one-file form found in dirs."""
-    found = set()
-    for d in dirs:
-        if d.is_dir():
-            found |= {str(d / n) for n in os.listdir(d) if n.startswith(".publish-")}
-    return found
-
-
-def wait_gone(paths: set[str], limit: float = 10) -> set[str]:
-    """The paths still there after up to `limit` seconds (the cleaner runs just after the program exits)."""
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        paths = {p for p in paths if os.path.lexists(p)}
-        if not paths:
-            break
-        time.sleep(0.02)
-    return paths
-
-
-def env_for(tmpdir: Path | str | None = None, **extra: str) -> dict[str, str]:
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-    if tmpdir is not None:
-        env["TMPDIR"] = str(tmpdir)
-    env.update(extra)
-    return env
-
-
-def publish_entry(root: Path, save: str, step: int, epoch: int = 0) -> None:
-    (root / save).mkdir(parents=True, exist_ok=True)
-    (root / "pub").mkdir(parents=True, exist_ok=True)
-    (root / "pub" / layout.name(epoch, step, save)).write_bytes(b"")
-
-
-class Chroot:
-    """A directory holding only the one-file binary, /proc (mounted) and /tmp: nothing else of a system."""
-
-    def __init__(self, base: Path, binary: Path = BIN) -> None:
-        self.dir = base / "jail"
-        self.dir.mkdir()
-        shutil.copy2(binary, self.dir / "publish")
-        for sub in ("proc", "tmp"):
-            (self.dir / sub).mkdir()
-        os.chmod(self.dir / "tmp", 0o1777)
-        self.mounts: list[Path] = []
-        mount("-t", "proc", "proc", str(self.dir / "proc"))
-        self.mounts.append(self.dir / "proc")
-
-    def mount_tmpfs(self, sub: str, *options: str) -> Path:
-        target = self.dir / sub
-        target.mkdir(parents=True, exist_ok=True)
-        mount("-t", "tmpfs", "-o", ",".join(("mode=1777", *options)), "tmpfs", str(target))
-        self.mounts.append(target)
-        return target
-
-    def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        def enter() -> None:
-            os.chroot(self.dir)
-            os.chdir("/")
-
-        return subprocess.run(
-            ["/publish", *args],
-            env=env if env is not None else {"TMPDIR": "/tmp"},
-            preexec_fn=enter,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
-    def close(self) -> None:
-        for m in reversed(self.mounts):
-            umount(m)
 
 
 @pytest.fixture
@@ -158,6 +78,7 @@ def test_one_file_is_a_static_executable(binary: Path) -> None:
     assert 2 not in types  # PT_DYNAMIC
 
 
+@pytest.mark.interpreter_form
 def test_one_file_size_target(binary: Path) -> None:
     assert binary.stat().st_size <= 12 * 1024 * 1024
 
@@ -177,6 +98,7 @@ def frozen_modules() -> set[str]:
     return names
 
 
+@pytest.mark.interpreter_form
 def test_lazily_imported_modules_are_frozen(binary: Path) -> None:
     """The S3 and Vault code imports these inside functions; the analysis must not have missed them."""
     modules = frozen_modules()
@@ -194,6 +116,7 @@ def test_lazily_imported_modules_are_frozen(binary: Path) -> None:
     assert not {m for m in modules if m.split(".")[0] in ("torch", "numpy")}
 
 
+@pytest.mark.interpreter_form
 def test_tree_carries_tls_and_its_own_c_library(binary: Path) -> None:
     libs = FOLDER / "libexec" / "publish" / "_internal"
     names = set(os.listdir(libs))
@@ -290,7 +213,7 @@ def unpack_dir_of(pid: int) -> Path:
     return exe.parent
 
 
-def start_watch(binary: Path, tmp_path: Path, tmpdir: Path) -> subprocess.Popen[str]:
+def start_watch(binary: Path, tmp_path: Path, tmpdir: Path, **extra: str) -> subprocess.Popen[str]:
     root = tmp_path / "root"
     (root / "exec" / "1").mkdir(parents=True)
     return subprocess.Popen(
@@ -309,8 +232,17 @@ def start_watch(binary: Path, tmp_path: Path, tmpdir: Path) -> subprocess.Popen[
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env_for(tmpdir),
+        env=env_for(tmpdir, **extra),
     )
+
+
+def catches_sigterm(pid: int) -> bool:
+    """The program has installed its SIGTERM handler (SigCgt in /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
 
 
 def running_program(proc: subprocess.Popen[str]) -> Path:
@@ -318,8 +250,9 @@ def running_program(proc: subprocess.Popen[str]) -> Path:
     end = time.monotonic() + 20
     while time.monotonic() < end:
         try:
-            if os.readlink(f"/proc/{proc.pid}/exe").endswith("/ld-publish.so.1"):
-                time.sleep(0.5)  # let Python start and install its handlers
+            if os.readlink(f"/proc/{proc.pid}/exe").endswith("/ld-publish.so.1") and catches_sigterm(
+                proc.pid
+            ):
                 return unpack_dir_of(proc.pid)
         except OSError:
             pass
@@ -338,6 +271,7 @@ def test_sigterm_reaches_the_program_and_the_unpacked_files_go(binary: Path, noe
     assert wait_gone({str(where)}) == set()
 
 
+@pytest.mark.interpreter_form
 def test_one_file_unpacks_tls_only_when_needed(binary: Path, tmp_path: Path) -> None:
     """A POSIX verb runs without OpenSSL and the extension modules on disk (they stay packed in the file)."""
     tmpdir = tmp_path / "t"
@@ -356,7 +290,7 @@ def test_one_file_unpacks_tls_only_when_needed(binary: Path, tmp_path: Path) -> 
 
 LAZY_PROBE = """
 import os, sys
-exec(open(sys.argv[1]).read().split("\\n_install()\\n")[0])  # packaging/boot.py up to its start-up
+exec(open(sys.argv[1]).read().split("\\n_install()\\n")[0])  # packaging/build/boot.py up to its start-up
 _install()
 import encodings.idna, hashlib, http.client, json, ssl, uuid, xml.etree.ElementTree, publish.s3client
 assert "x".encode("idna") == b"x" and ssl.create_default_context() and hashlib.sha256(b"").digest()
@@ -366,8 +300,9 @@ print(" ".join(sorted(os.listdir(sys.prefix + "/_internal"))))
 """
 
 
+@pytest.mark.interpreter_form
 def test_lazy_members_are_unpacked_on_first_import(binary: Path, tmp_path: Path) -> None:
-    """packaging/boot.py's finder, on a tree holding only what the launcher unpacks and the one file open as
+    """packaging/build/boot.py's finder, on a tree holding only what the launcher unpacks and the one file open as
     its payload: the modules of more.zip, the extension modules and OpenSSL come out on first import."""
     tree = tmp_path / "tree"
     shutil.copytree(FOLDER / "libexec" / "publish", tree, symlinks=True)
@@ -385,7 +320,7 @@ def test_lazy_members_are_unpacked_on_first_import(binary: Path, tmp_path: Path)
                     str(tree / "_internal"),
                 ),
                 *(str(tree / "publish"), "-I", "-S", "-X", f"publish-payload={payload.fileno()}"),
-                *("-c", LAZY_PROBE, str(REPO / "packaging" / "boot.py")),
+                *("-c", LAZY_PROBE, str(REPO / "packaging" / "build" / "boot.py")),
             ],
             capture_output=True,
             text=True,
@@ -398,9 +333,10 @@ def test_lazy_members_are_unpacked_on_first_import(binary: Path, tmp_path: Path)
     assert ssl_file.startswith(f"{tree}/lib/python3.") and "/lib-dynload/_ssl." in ssl_file
     assert {"libcrypto.so.3", "libssl.so.3"} <= set(libs.split())
     assert list((tree / "lib").glob("python3.*/lib-dynload/_decimal.*")) == []  # only what was imported
-    assert not list(tree.rglob("*.part"))
+    assert not list(tree.rglob("*.part*"))
 
 
+@pytest.mark.interpreter_form
 def test_a_full_disk_when_a_packed_member_is_first_needed_says_what_and_where(
     binary: Path, as_root: None, tmp_path: Path
 ) -> None:
@@ -632,7 +568,9 @@ def test_tls_with_a_bundle_that_does_not_hold_the_ca_fails(
 def test_install_module_tree(binary: Path, tmp_path: Path) -> None:
     prefix = tmp_path / "sw"
     r = subprocess.run(
-        [str(REPO / "packaging" / "install-module"), str(prefix), "9.8.7"], capture_output=True, text=True
+        [str(REPO / "packaging" / "install" / "install-module"), str(prefix), "9.8.7"],
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 0, r.stderr
     home = prefix / "publish" / "9.8.7"
@@ -651,7 +589,7 @@ def test_install_module_tree(binary: Path, tmp_path: Path) -> None:
 
 
 def test_install_module_refuses_an_existing_version(binary: Path, tmp_path: Path) -> None:
-    script = str(REPO / "packaging" / "install-module")
+    script = str(REPO / "packaging" / "install" / "install-module")
     assert subprocess.run([script, str(tmp_path), "1.0"], capture_output=True).returncode == 0
     r = subprocess.run([script, str(tmp_path), "1.0"], capture_output=True, text=True)
     assert r.returncode == 1 and "already installed" in r.stderr
@@ -670,7 +608,9 @@ def lmod() -> list[str]:
 @pytest.mark.parametrize("kind", ["lua", "tcl"])
 def test_module_load_puts_publish_on_path(binary: Path, tmp_path: Path, kind: str) -> None:
     prefix = tmp_path / "sw"
-    subprocess.run([str(REPO / "packaging" / "install-module"), str(prefix)], check=True, capture_output=True)
+    subprocess.run(
+        [str(REPO / "packaging" / "install" / "install-module"), str(prefix)], check=True, capture_output=True
+    )
     modules = prefix / "modulefiles"
     if kind == "tcl":
         for lua in modules.rglob("*.lua"):
@@ -721,7 +661,9 @@ def test_environment_modules_loads_and_unloads_the_tcl_file(
     """The Tcl module file through Environment Modules itself, not through Lmod's reading of it."""
     prefix = tmp_path / "sw"
     subprocess.run(
-        [str(REPO / "packaging" / "install-module"), str(prefix), "9.8.7"], check=True, capture_output=True
+        [str(REPO / "packaging" / "install" / "install-module"), str(prefix), "9.8.7"],
+        check=True,
+        capture_output=True,
     )
     for lua in (prefix / "modulefiles").rglob("*.lua"):
         lua.unlink()  # the Tcl file alone
@@ -751,7 +693,7 @@ def test_environment_modules_loads_and_unloads_the_tcl_file(
 
 
 def test_clean_unpacked_removes_only_directories_no_process_uses(binary: Path, tmp_path: Path) -> None:
-    """packaging/clean-unpacked, for a job epilog: the cleaner dies with the job when the batch system kills
+    """packaging/install/clean-unpacked, for a job epilog: the cleaner dies with the job when the batch system kills
     the job's whole cgroup, and the unpack directory stays."""
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -766,7 +708,7 @@ def test_clean_unpacked_removes_only_directories_no_process_uses(binary: Path, t
         old = time.time() - 600
         for d in (orphan, running):
             os.utime(d, (old, old))
-        script = str(REPO / "packaging" / "clean-unpacked")
+        script = str(REPO / "packaging" / "install" / "clean-unpacked")
         r = subprocess.run([script, str(tmpdir)], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert not orphan.exists()
@@ -779,3 +721,246 @@ def test_clean_unpacked_removes_only_directories_no_process_uses(binary: Path, t
     assert wait_gone({str(running)}) == set()
     r = subprocess.run([script, "-m", "x", str(tmpdir)], capture_output=True, text=True)
     assert r.returncode == 2 and "bad age" in r.stderr
+
+
+# --- the cache: one unpacked copy per build and per user -------------------------------------------------------
+
+
+def cache_entries(cache: Path) -> list[str]:
+    return sorted(os.listdir(cache)) if cache.is_dir() else []
+
+
+def tree_state(*dirs: Path) -> dict[str, tuple[int, int, int]]:
+    """Every path below dirs with its inode, size and mtime: what a start that writes nothing leaves alone."""
+    state = {}
+    for d in dirs:
+        for p in [d, *d.rglob("*")]:
+            st = p.lstat()
+            state[str(p)] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return state
+
+
+def test_cache_lives_in_the_users_cache_directory_and_a_warm_start_writes_nothing(
+    binary: Path, tmp_path: Path
+) -> None:
+    """$HOME/.cache/publish/DIGEST, mode 0700, filled by the first start; the second start runs that copy,
+    writes nothing to $TMPDIR (nor anywhere below $HOME) and starts no cleaner."""
+    home, tmpdir = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    tmpdir.mkdir()
+    env = env_for(tmpdir, HOME=str(home))
+    r = subprocess.run([str(binary), "version"], capture_output=True, text=True, env=env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, VERSION_LINE, "")
+    cache = home / ".cache" / "publish"
+    [entry] = cache_entries(cache)
+    assert len(entry) == 32 and set(entry) <= set("0123456789abcdef")
+    for d in (home / ".cache", cache, cache / entry):
+        assert d.lstat().st_mode & 0o777 == 0o700, d
+    assert (cache / entry / "ld-publish.so.1").is_file()
+    assert os.listdir(tmpdir) == []
+
+    proc = start_watch(binary, tmp_path, tmpdir, HOME=str(home))
+    try:
+        assert running_program(proc) == cache / entry
+        cleaners = [a for a in processes().values() if a[:1] == ["publish-unpack-cleaner"]]
+        assert [a for a in cleaners if str(tmp_path) in " ".join(a)] == []
+    finally:
+        proc.kill()
+        proc.wait()
+    assert os.listdir(tmpdir) == []
+    before = tree_state(home, tmpdir)  # watch unpacked the modules it needs beyond version's
+    r = subprocess.run([str(binary), "version"], capture_output=True, text=True, env=env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, VERSION_LINE, "")
+    assert tree_state(home, tmpdir) == before
+    assert os.listdir(tmpdir) == []
+
+
+def test_cache_location_xdg_cache_home_publish_cache_dir_and_off(binary: Path, tmp_path: Path) -> None:
+    """$XDG_CACHE_HOME/publish before $HOME/.cache/publish; PUBLISH_CACHE_DIR before both; with
+    PUBLISH_CACHE_DIR=off each start unpacks into a private directory of its own, removed when it ends."""
+    home, xdg, own, tmpdir = (tmp_path / n for n in ("home", "xdg", "own/cache", "tmp"))
+    home.mkdir()
+    tmpdir.mkdir()
+    cases = [
+        ({"XDG_CACHE_HOME": str(xdg)}, xdg / "publish"),
+        ({"XDG_CACHE_HOME": str(xdg), "PUBLISH_CACHE_DIR": str(own)}, own),
+    ]
+    for extra, where in cases:
+        r = subprocess.run(
+            [str(binary), "version"],
+            capture_output=True,
+            text=True,
+            env=env_for(tmpdir, HOME=str(home), **extra),
+        )
+        assert (r.returncode, r.stdout, r.stderr) == (0, VERSION_LINE, "")
+        assert len(cache_entries(where)) == 1, where
+    assert not (home / ".cache").exists()
+    proc = start_watch(binary, tmp_path, tmpdir, HOME=str(home), PUBLISH_CACHE_DIR="off")
+    try:
+        where = running_program(proc)
+        assert where.parent == tmpdir and where.name.startswith(".publish-")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert wait_gone({str(where)}) == set()
+    assert not (home / ".cache").exists()
+
+
+def test_64_concurrent_cold_starts_share_one_cache(binary: Path, tmp_path: Path) -> None:
+    """64 first starts at once: all succeed, one copy is put in place, no fill directory is left; then 16 S3
+    starts at once unpack the same lazy members into that copy and all say the same thing as one alone."""
+    home, tmpdir = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    tmpdir.mkdir()
+    env = env_for(tmpdir, HOME=str(home))
+    if os.geteuid() == 0:
+        drop_page_cache()
+    procs = [
+        subprocess.Popen(
+            [str(binary), "version"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(64)
+    ]
+    results = [(p.communicate(timeout=120), p.returncode) for p in procs]
+    assert [r for r in results if r != ((VERSION_LINE, ""), 0)] == []
+    cache = home / ".cache" / "publish"
+    assert len(cache_entries(cache)) == 1 and not cache_entries(cache)[0].startswith(".")
+    assert os.listdir(tmpdir) == []
+
+    s3 = [str(binary), "resolve", "-checkpoint", "s3://bucket/run", "-creds", "secret:x"]
+    alone = subprocess.run(s3, capture_output=True, text=True, env=env_for(tmpdir, PUBLISH_CACHE_DIR="off"))
+    assert alone.returncode != 0 and alone.stderr.startswith("publish: ")
+    procs = [
+        subprocess.Popen(s3, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for _ in range(16)
+    ]
+    results = [(p.communicate(timeout=120), p.returncode) for p in procs]
+    assert [r for r in results if r != ((alone.stdout, alone.stderr), alone.returncode)] == []
+    assert not list(cache.rglob("*.part*"))
+    assert wait_gone(leftovers(tmpdir)) == set()
+
+
+def cache_dir_symlink(cache: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    cache.symlink_to(elsewhere)
+
+
+def cache_dir_group_writable(cache: Path, tmp_path: Path) -> None:
+    cache.mkdir()
+    os.chmod(cache, 0o770)
+
+
+def cache_dir_world_writable(cache: Path, tmp_path: Path) -> None:
+    cache.mkdir()
+    os.chmod(cache, 0o1777)
+
+
+def cache_dir_of_another_user(cache: Path, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        unavailable("needs root (chown)")
+    cache.mkdir(mode=0o700)
+    os.chown(cache, 65534, 65534)
+
+
+@pytest.mark.parametrize(
+    "make, why",
+    [
+        (cache_dir_symlink, "it is a symbolic link"),
+        (cache_dir_group_writable, "other users may write to it (chmod 700 it)"),
+        (cache_dir_world_writable, "other users may write to it (chmod 700 it)"),
+        (cache_dir_of_another_user, "it is owned by another user"),
+    ],
+)
+def test_a_cache_directory_another_user_could_write_is_refused(
+    binary: Path, tmp_path: Path, make: object, why: str
+) -> None:
+    """The start says so and unpacks into a private directory instead; nothing is written into the refused
+    directory (or through the link)."""
+    assert callable(make)
+    cache, tmpdir = tmp_path / "cache", tmp_path / "tmp"
+    tmpdir.mkdir()
+    make(cache, tmp_path)
+    before = tree_state(tmp_path / "elsewhere" if cache.is_symlink() else cache)
+    r = subprocess.run(
+        [str(binary), "version"],
+        capture_output=True,
+        text=True,
+        env=env_for(tmpdir, PUBLISH_CACHE_DIR=str(cache)),
+    )
+    assert (r.returncode, r.stdout) == (0, VERSION_LINE)
+    assert r.stderr == (
+        f"publish: warning: not using the cache {cache}: {why} (unpacking into a private directory instead)\n"
+    )
+    assert tree_state(tmp_path / "elsewhere" if cache.is_symlink() else cache) == before
+    assert wait_gone(leftovers(tmpdir)) == set()
+
+
+def test_a_build_entry_that_is_a_link_is_not_followed(binary: Path, tmp_path: Path) -> None:
+    cache, tmpdir = tmp_path / "cache", tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = env_for(tmpdir, PUBLISH_CACHE_DIR=str(cache))
+    assert subprocess.run([str(binary), "version"], capture_output=True, env=env).returncode == 0
+    [entry] = cache_entries(cache)
+    os.rename(cache / entry, tmp_path / "moved")
+    os.symlink(tmp_path / "moved", cache / entry)
+    (tmp_path / "moved" / "publish").write_bytes(b"#!/bin/sh\necho planted\n")
+    r = subprocess.run([str(binary), "version"], capture_output=True, text=True, env=env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, VERSION_LINE, "")
+
+
+def test_a_half_filled_copy_is_never_used(binary: Path, tmp_path: Path) -> None:
+    """First starts killed at moments spread over the fill leave at most fill directories (.tmp-*), never a
+    copy in place with a file missing or short; a leftover fill directory is passed over, and the next start
+    puts a complete copy in place."""
+    cache, tmpdir = tmp_path / "cache", tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = env_for(tmpdir, PUBLISH_CACHE_DIR=str(cache))
+    tree = FOLDER / "libexec" / "publish"
+    for delay in [i * 0.004 for i in range(25)]:
+        proc = subprocess.Popen(
+            [str(binary), "version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        )
+        time.sleep(delay)  # the moment of the kill, not a wait for anything
+        proc.kill()
+        proc.wait(timeout=30)
+        placed = [n for n in cache_entries(cache) if not n.startswith(".")]
+        for name in placed:
+            copy = cache / name
+            for p in copy.rglob("*"):
+                if p.is_file() and not p.is_symlink() and ".part" not in p.name:
+                    assert p.stat().st_size == (tree / p.relative_to(copy)).stat().st_size, p
+            for needed in ("ld-publish.so.1", "publish", "_internal/libc.so.6"):
+                assert (copy / needed).is_file(), needed
+            shutil.rmtree(copy)  # start the next round cold again
+    # a fill directory of a start that was killed, under the name the next start would choose first
+    junk = cache / ".tmp-99999-0"
+    junk.mkdir(parents=True, exist_ok=True)
+    (junk / "publish").write_bytes(b"#!/bin/sh\necho half\n")
+    r = subprocess.run([str(binary), "version"], capture_output=True, text=True, env=env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, VERSION_LINE, "")
+    assert len([n for n in cache_entries(cache) if not n.startswith(".")]) == 1
+    assert os.listdir(tmpdir) == []
+
+
+def test_clean_unpacked_removes_fill_directories_left_in_a_cache(binary: Path, tmp_path: Path) -> None:
+    """A start killed while filling the cache leaves CACHE/.tmp-PID-N; clean-unpacked CACHE removes an old one
+    and leaves the build copies and a young fill directory."""
+    cache, tmpdir = tmp_path / "cache", tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = env_for(tmpdir, PUBLISH_CACHE_DIR=str(cache))
+    assert subprocess.run([str(binary), "version"], capture_output=True, env=env).returncode == 0
+    [copy] = cache_entries(cache)
+    old, young = cache / ".tmp-4242-0", cache / ".tmp-4243-1"
+    (old / "lib").mkdir(parents=True)
+    (old / "lib" / "x.so").write_bytes(b"\0" * 64)
+    young.mkdir()
+    then = time.time() - 600
+    for d in (old, cache / copy):
+        os.utime(d, (then, then))
+    script = str(REPO / "packaging" / "install" / "clean-unpacked")
+    r = subprocess.run([script, str(cache)], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"clean-unpacked: removed {old}\n", "")
+    assert cache_entries(cache) == sorted([copy, young.name])
+    r = subprocess.run([str(binary), "version"], capture_output=True, text=True, env=env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, VERSION_LINE, "")

@@ -2,7 +2,9 @@
 binary tests use) and run as a job would run it.
 
 About a minute for PyInstaller and two and a half for Nuitka (which compiles the package and the standard
-library it reaches to C; less with a warm ccache) on two cores.
+library it reaches to C; less with a warm ccache) on two cores. With PUBLISH_ALT_DIST=DIR the builds already
+made by `./build FREEZER DIR/FREEZER` are used instead (./test makes them once, then runs these tests and the
+CLI and binary tests against them).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_binary import (
+from tests.binaries import (
     REPO,
     VERSION_LINE,
     Chroot,
@@ -33,6 +35,11 @@ FREEZERS = ["pyinstaller", "nuitka"]
 @pytest.fixture(scope="module", params=FREEZERS)
 def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """OUT, holding OUT/publish and OUT/publish-folder, made by `./build FREEZER OUT`."""
+    made = os.environ.get("PUBLISH_ALT_DIST")
+    if made:
+        out = Path(made) / request.param
+        assert os.access(out / "publish", os.X_OK), f"{out}/publish is missing: ./build {request.param} {out}"
+        return out
     out = tmp_path_factory.mktemp(f"build-{request.param}")
     r = subprocess.run(
         [str(REPO / "build"), request.param, str(out)], capture_output=True, text=True, timeout=1800

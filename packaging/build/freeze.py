@@ -6,7 +6,7 @@
     freeze.py folder ROOT LAUNCHER OUT   OUT/bin/publish (the launcher), OUT/libexec/publish (ROOT)
     freeze.py onefile ROOT LAUNCHER OUT  one file: the launcher, ROOT packed after it, an index, a trailer
 
-The trailer and index formats are read by packaging/launcher.c; keep both in step.
+The trailer and index formats are read by packaging/build/launcher.c; keep both in step.
 Runs at build time only, with the build environment's Python (it needs the lz4 package).
 """
 
@@ -113,7 +113,7 @@ def make_python(repo: Path, frozen: Path, boot: Path) -> None:
     FROZEN/lib/pythonXY.zip               the modules every start imports (POSIX verbs, help, version),
                                           stored uncompressed, and _publish_boot
     FROZEN/lib/more.zip                   every other module the package reaches (S3, Vault, TLS, ...),
-                                          deflated; packaging/boot.py puts it last on sys.path
+                                          deflated; packaging/build/boot.py puts it last on sys.path
     FROZEN/lib/pythonX.Y/os.pyc           the landmark by which the interpreter finds its prefix (FROZEN)
     FROZEN/lib/pythonX.Y/lib-dynload/     the extension modules it reaches
 
@@ -245,7 +245,7 @@ def make_folder(root: Path, launcher: Path, out: Path) -> None:
 
 def lazy_members(root: Path) -> tuple[set[str], str]:
     """The members of an interpreter tree (freeze.py python) that only some verbs need, left packed in the one
-    file for packaging/boot.py to unpack on first import: every extension module, every C library that
+    file for packaging/build/boot.py to unpack on first import: every extension module, every C library that
     the interpreter itself does not need, and lib/more.zip. And the table boot.py reads: one line per extension
     module, `module member library-member...`."""
     if not list((root / "lib").glob("python*.zip")):
@@ -304,6 +304,10 @@ def make_onefile(root: Path, launcher: Path, out: Path) -> None:
     if table:
         raw = table.encode()
         add(b".lazy", KIND_FILE, CODEC_ZLIB, FLAG_LAZY, 0o600, zlib.compress(raw, 9), len(raw))
+    # The build's digest (of the launcher and every member): the name of its unpacked copy in the cache, so
+    # two builds never share one. Left packed (flagged lazy); the launcher reads it from the index.
+    build_id = hashlib.sha256(blob).hexdigest().encode()
+    add(b".build-id", KIND_FILE, CODEC_RAW, FLAG_LAZY, 0o600, build_id, len(build_id))
     index_offset = len(blob)
     blob += index
     blob += TRAILER.pack(MAGIC, index_offset, len(index), count)

@@ -1,5 +1,5 @@
 """The first module the frozen interpreter runs: `ROOT/publish -I -S [-X publish-payload=FD] -c "import
-_publish_boot" ARGS` (packaging/launcher.c builds that command; the module is compiled into lib/pythonXY.zip).
+_publish_boot" ARGS` (packaging/build/launcher.c builds that command; the module is compiled into lib/pythonXY.zip).
 
 The modules every start needs are in ROOT/lib/pythonXY.zip, first on sys.path; the others (S3, Vault, TLS, ...)
 are in ROOT/lib/more.zip, which only the finder below reads, so that a POSIX verb never reads its directory.
@@ -11,7 +11,7 @@ sys.meta_path, so asked only for a module found nowhere else, unpacks such an ex
 libraries it needs), or more.zip, into the private directory the launcher made, on first use. A POSIX verb
 never pays for TLS. The folder form has every file on disk and passes no descriptor.
 
-The archive's format is written by packaging/freeze.py and read by packaging/launcher.c; keep the three in step.
+The archive's format is written by packaging/build/freeze.py and read by packaging/build/launcher.c; keep the three in step.
 """
 
 from __future__ import annotations
@@ -134,7 +134,8 @@ class _Finder:
         if os.path.exists(target):
             return
         data = self._data(member)
-        part = target + ".part"
+        # the cache is shared by concurrent starts: each writes its own part, and the rename is atomic
+        part = f"{target}.part-{os.getpid()}"
         try:
             fd = os.open(
                 part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, self.index[member][1] & 0o700
@@ -150,12 +151,13 @@ class _Finder:
             os.close(fd)
             os.rename(part, target)
         except OSError as e:
+            where = "TMPDIR" if "/.publish-" in self.root else "PUBLISH_CACHE_DIR"
             # The verb needs a part of the program the launcher left packed (TLS, S3, Vault): say what
             # could not be written where, and what to do (publish prints an OSError's text and exits 1).
             raise OSError(
                 e.errno,
                 f"cannot unpack {member} into {self.root}: {e.strerror}"
-                " (free space there, or point TMPDIR at another filesystem)",
+                f" (free space there, or point {where} at another filesystem)",
             ) from None
 
 

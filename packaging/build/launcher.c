@@ -7,20 +7,25 @@
  *     ROOT/ld-publish.so.1 --inhibit-cache --library-path ROOT/_internal ROOT/publish [PYTHON ARGS] ARGS...
  * so no library of the node is used: not its loader, not its libc, not its ld.so.cache. In the interpreter
  * form (built with -DPUBLISH_INTERPRETER) ROOT/publish is the Python interpreter and PYTHON ARGS are
- * `-I -S [-X publish-payload=FD] -c "import _publish_boot"` (packaging/boot.py).
+ * `-I -S [-X publish-payload=FD] -c "import _publish_boot"` (packaging/build/boot.py).
  *
  * Two forms:
  *   folder:   no payload; ROOT is ../libexec/publish next to this file (links resolved).
- *   one file: the tree is appended to this file (members LZ4-compressed or stored, an index and a trailer).
- *             It is unpacked into a private directory on the first candidate filesystem that is writable and
- *             allows executables ($TMPDIR, /tmp, /dev/shm, $XDG_RUNTIME_DIR, /var/tmp, the binary's folder,
- *             $HOME), so a noexec /tmp is passed over. Each start has its own directory: concurrent starts
- *             share nothing. Members flagged lazy (OpenSSL, extension modules, modules only S3 and Vault
- *             use) are not unpacked here: this file stays open as descriptor FD and the program unpacks them
- *             into the same directory on first import (packaging/boot.py).
+ *   one file: the tree is appended to this file (members LZ4-compressed or stored, an index and a trailer;
+ *             packaging/build/README.md). It is unpacked once per build and per user into the cache,
+ *             CACHE/BUILD-DIGEST (CACHE: $PUBLISH_CACHE_DIR, else $XDG_CACHE_HOME/publish, else
+ *             $HOME/.cache/publish; a directory of this user's, mode 0700, not a link, writable by no one
+ *             else), filled in CACHE/.tmp-PID-N and renamed into place complete; later starts run that copy
+ *             and write nothing. Without a usable cache (PUBLISH_CACHE_DIR=off, no $HOME, a noexec or refused
+ *             one), each start unpacks into a private directory of its own on the first candidate filesystem
+ *             that is writable and allows executables ($TMPDIR, /tmp, /dev/shm, $XDG_RUNTIME_DIR, /var/tmp,
+ *             the binary's folder, $HOME), so a noexec /tmp is passed over. Members flagged lazy (OpenSSL,
+ *             extension modules, modules only S3 and Vault use) are not unpacked here: this file stays open
+ *             as descriptor FD and the program unpacks them into the same directory on first import
+ *             (packaging/build/boot.py).
  *
  * In both forms the loader is exec'd in place: the process keeps its pid, receives its signals directly and
- * its exit status is the program's. The one-file form removes its directory through a small detached process
+ * its exit status is the program's. A private directory (no cache) is removed through a small detached process
  * that waits for the end of a pipe held only by the program: when the program exits, however it exits, the
  * pipe closes and the directory is removed. That process re-executes this file as `publish-unpack-cleaner DIR`
  * (its name in ps and /proc/PID/cmdline), so a `pkill -f 'publish watch'` meant for the program passes it by.
@@ -52,7 +57,7 @@
 #define KIND_LINK 2
 #define CODEC_RAW 0
 #define CODEC_LZ4 1
-#define CODEC_ZLIB 2  /* lazy members only: the program unpacks those itself (packaging/boot.py) */
+#define CODEC_ZLIB 2  /* lazy members only: the program unpacks those itself (packaging/build/boot.py) */
 #define FLAG_LAZY 1   /* left in the file: the program unpacks it on first use */
 #define HOLD_FD 1021    /* the program's end of the cleanup pipe: high, out of the way of its own files */
 #define PAYLOAD_FD 1020 /* this file, left open for the program (interpreter form): its lazy members */
@@ -174,6 +179,10 @@ static int write_all(int fd, const unsigned char *data, uint64_t size) {
     return 0;
 }
 
+/* Set for the cache: a copy kept across boots is on disk before it is renamed into place, so a crash never
+   leaves a copy with empty files that later starts would run. */
+static int durable;
+
 /* One file: LZ4 members are decoded into a buffer kept for the next member, then written; a full filesystem
    is then an ordinary write error (no mapping of the new file, so no SIGBUS), and no file is ever read back. */
 static int write_file(int dirfd, const char *path, unsigned mode, unsigned codec, const unsigned char *data,
@@ -201,6 +210,7 @@ static int write_file(int dirfd, const char *path, unsigned mode, unsigned codec
     int fd = openat(dirfd, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode & 0777);
     if (fd < 0) return -1;
     int rc = write_all(fd, codec == CODEC_LZ4 ? buf : data, size);
+    if (rc == 0 && durable) rc = fsync(fd);
     int e = errno;
     if (close(fd) != 0 && rc == 0) {
         rc = -1;
@@ -358,7 +368,7 @@ static void run_tree(const char *root, int payload, int argc, char **argv) {
     args[k++] = libs;
     args[k++] = prog;
 #ifdef PUBLISH_INTERPRETER
-    /* ROOT/publish is the Python interpreter itself (packaging/freeze.py python): isolated (no PYTHON*
+    /* ROOT/publish is the Python interpreter itself (packaging/build/freeze.py python): isolated (no PYTHON*
        variables, no user or site packages), then the package's entry point from ROOT/lib/pythonXY.zip */
     args[k++] = "-I";
     args[k++] = "-S";
@@ -389,6 +399,148 @@ static int usable_base(const char *dir) {
     return access(dir, W_OK | X_OK) == 0;
 }
 
+/* --- the cache: one unpacked copy per build and per user ------------------------------------------------------ */
+
+#define BUILD_ID ".build-id" /* the member holding the build's digest (packaging/build/freeze.py) */
+#define ID_LEN 32
+
+/* The build's digest, from the index: the first ID_LEN hex digits, into id. 0 if found. */
+static int build_id(const unsigned char *base, uint64_t size, const unsigned char *idx, uint64_t idx_len,
+                    uint64_t count, char *id) {
+    const unsigned char *p = idx, *end = idx + idx_len;
+    for (uint64_t i = 0; i < count; i++) {
+        if (end - p < ENTRY_HEAD) return -1;
+        uint64_t off = get64(p + 8), packed = get64(p + 16);
+        uint32_t plen = get32(p + 32);
+        p += ENTRY_HEAD;
+        if ((uint64_t)(end - p) < plen) return -1;
+        if (plen == sizeof BUILD_ID - 1 && memcmp(p, BUILD_ID, plen) == 0) {
+            if (packed < ID_LEN || off > size || packed > size - off) return -1;
+            for (int k = 0; k < ID_LEN; k++) {
+                unsigned char c = base[off + k];
+                if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return -1;
+                id[k] = (char)c;
+            }
+            id[ID_LEN] = 0;
+            return 0;
+        }
+        p += plen;
+    }
+    return -1;
+}
+
+/* The cache directory: $PUBLISH_CACHE_DIR (an absolute path; `off`: none), else $XDG_CACHE_HOME/publish, else
+   $HOME/.cache/publish. 0 with dir filled, -1 for no cache. */
+static int cache_path(char *dir, size_t n) {
+    const char *v = getenv("PUBLISH_CACHE_DIR");
+    int w;
+    if (v && *v) {
+        if (!strcmp(v, "off")) return -1;
+        if (v[0] != '/') {
+            say("publish: warning: PUBLISH_CACHE_DIR=%s is not an absolute path (or off): %s\n", v,
+                "not using a cache");
+            return -1;
+        }
+        w = snprintf(dir, n, "%s", v);
+    } else if ((v = getenv("XDG_CACHE_HOME")) && v[0] == '/') {
+        w = snprintf(dir, n, "%s/publish", v);
+    } else if ((v = getenv("HOME")) && v[0] == '/') {
+        w = snprintf(dir, n, "%s/.cache/publish", v);
+    } else {
+        return -1;
+    }
+    if (w <= 0 || (size_t)w >= n) return -1;
+    while (w > 1 && dir[w - 1] == '/') dir[--w] = 0;
+    return 0;
+}
+
+/* Open the cache directory, made (with its missing parents, mode 0700) if need be. Only a directory that is
+   not a symbolic link, is owned by this user and is writable by no one else is used: another user must not
+   be able to plant code this user then runs. Returns its descriptor, or -1; *why is set when the directory
+   exists but is refused (the caller says so), left NULL for an ordinary failure. */
+static int open_cache(char *dir, const char **why) {
+    *why = NULL;
+    struct stat st;
+    if (lstat(dir, &st) != 0) {
+        if (errno != ENOENT) return -1;
+        for (char *s = strchr(dir + 1, '/'); s; s = strchr(s + 1, '/')) {
+            *s = 0;
+            mkdir(dir, 0700); /* an existing one is fine; any other failure shows below */
+            *s = '/';
+        }
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST) return -1;
+        if (lstat(dir, &st) != 0) return -1;
+    }
+    if (S_ISLNK(st.st_mode)) {
+        *why = "it is a symbolic link";
+        return -1;
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ELOOP || errno == ENOTDIR) *why = "not a directory";
+        return -1;
+    }
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return -1;
+    }
+    if (st.st_uid != geteuid()) *why = "it is owned by another user";
+    else if (st.st_mode & 022) *why = "other users may write to it (chmod 700 it)";
+    if (*why) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* This build's copy in the cache (descriptor cfd, path dir): made if missing, by filling a private temporary
+   directory (.tmp-PID-N) and renaming it into place complete, so a half-filled copy is never used and a
+   concurrent start that loses the race uses the winner's. Files in place are never rewritten (no SIGBUS for
+   a process running from them). 0 with root filled. */
+static int cached_copy(int cfd, const char *dir, const char *id, const unsigned char *base, uint64_t size,
+                       const unsigned char *idx, uint64_t idx_len, uint64_t count, char *root, size_t n) {
+    struct stat st;
+    int w = snprintf(root, n, "%s/%s", dir, id);
+    if (w <= 0 || (size_t)w >= n) return -1;
+    if (fstatat(cfd, id, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (S_ISDIR(st.st_mode) && st.st_uid == geteuid()) return 0;
+        errno = ENOTDIR;
+        return -1;
+    }
+    if (errno != ENOENT) return -1;
+    char tmp[64];
+    int made = 0;
+    for (int i = 0; i < 1000 && !made; i++) {
+        snprintf(tmp, sizeof tmp, ".tmp-%ld-%d", (long)getpid(), i);
+        if (mkdirat(cfd, tmp, 0700) == 0) made = 1;
+        else if (errno != EEXIST) return -1;
+    }
+    if (!made) return -1;
+    int tfd = openat(cfd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    durable = 1;
+    int rc = tfd < 0 ? -1 : unpack(tfd, base, size, idx, idx_len, count);
+    durable = 0;
+    if (rc == 0) rc = fsync(tfd);
+    int e = errno;
+    if (tfd >= 0) close(tfd);
+    if (rc != 0) {
+        remove_tree(cfd, tmp);
+        errno = e;
+        return -1;
+    }
+    if (renameat(cfd, tmp, cfd, id) != 0) {
+        e = errno;
+        remove_tree(cfd, tmp);
+        if ((e == EEXIST || e == ENOTEMPTY) && fstatat(cfd, id, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISDIR(st.st_mode))
+            return 0; /* another start put its copy in place first */
+        errno = e;
+        return -1;
+    }
+    fsync(cfd);
+    return 0;
+}
+
 static int run_one_file(int self, int argc, char **argv) {
     struct stat st;
     if (fstat(self, &st) != 0 || st.st_size < TRAILER_SIZE) return -1;
@@ -404,6 +556,38 @@ static int run_one_file(int self, int argc, char **argv) {
     if (idx_off > size || idx_len > size - idx_off) {
         say("publish: %s%s: the archive appended to this executable is damaged\n", "", "");
         exit(1);
+    }
+
+    char cdir[PATH_MAX], croot[PATH_MAX], id[ID_LEN + 1];
+    if (cache_path(cdir, sizeof cdir) == 0 && build_id(base, size, base + idx_off, idx_len, count, id) == 0) {
+        const char *why;
+        int cfd = open_cache(cdir, &why);
+        if (why)
+            say("publish: warning: not using the cache %s: %s (unpacking into a private directory instead)\n",
+                cdir, why);
+        if (cfd >= 0 && usable_base(cdir) &&
+            cached_copy(cfd, cdir, id, base, size, base + idx_off, idx_len, count, croot, sizeof croot) == 0) {
+            close(cfd);
+            munmap((void *)base, size);
+            int payload = -1;
+#ifdef PUBLISH_INTERPRETER
+            if (dup2(self, PAYLOAD_FD) == PAYLOAD_FD) payload = PAYLOAD_FD;
+#endif
+            close(self);
+            run_tree(croot, payload, argc, argv);
+            /* exec refused there (a noexec mount statvfs does not show): a private directory instead */
+            if (payload >= 0) close(payload);
+            self = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+            if (self < 0) return -1;
+            base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, self, 0);
+            if (base == MAP_FAILED) return -1;
+        } else {
+            if (errno == EILSEQ) {
+                say("publish: %s%s: the archive appended to this executable is damaged\n", "", "");
+                exit(1);
+            }
+            if (cfd >= 0) close(cfd);
+        }
     }
 
     char self_dir[PATH_MAX] = "";
