@@ -3,12 +3,14 @@ operation in a fresh process, the two sides interleaved, medians and spread over
 
     python bench/snapshots.py [DIR] [--rounds N] [--gib G] [--tensors T]
 
-Each round runs six fresh processes, in pairs (baseline then library, or library then baseline, alternating
+Each round runs eight fresh processes, in pairs (baseline then library, or library then baseline, alternating
 by round), each timing one operation after importing torch and building the payload:
 
 - first save: the library's first ``save_checkpoint(keep_last=2)`` of a process, into a root that holds two
   older snapshots written by earlier processes (what every job does after a restart), against one
   ``torch.save`` + fsync;
+- first save after load_latest: the same, after an untimed ``load_latest`` (a job resuming), against one
+  ``torch.save`` + fsync after an untimed ``torch.load`` of the baseline's file;
 - steady save: the library's second save of a process (the first, untimed, made the process know every
   snapshot in the root), against a second ``torch.save`` + fsync of the process;
 - load: ``load(path)`` of the newest snapshot against ``torch.load(weights_only=True, map_location="cpu")``
@@ -38,10 +40,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 PAIRS = [
     ("first save", "base_save1", "save1"),
+    ("first save after load_latest", "base_save_resumed", "save_resumed"),
     ("steady save", "base_save2", "save2"),
     ("load", "base_load", "load"),
 ]
-TARGETS = {"first save": 1.5, "steady save": 1.5, "load": 1.2}
+TARGETS = {"first save": 1.5, "first save after load_latest": 1.5, "steady save": 1.5, "load": 1.2}
 MEMORY_TARGET = 1.1
 
 
@@ -81,6 +84,12 @@ def child(op: str, root: str, plain: str, step: int, gib: float, tensors: int) -
         torch.load(plain, weights_only=True, map_location="cpu")
     else:
         payload = make_payload(torch, gib, tensors, step)
+        if op == "save_resumed":  # a job's start: resume from the newest snapshot, untimed
+            resumed: Any = snapshots.load_latest(root)
+            del resumed
+        elif op == "base_save_resumed":
+            resumed = torch.load(plain, weights_only=True, map_location="cpu")
+            del resumed
         if op in ("save2", "base_save2"):  # the untimed first save of this process
             if op == "save2":
                 snapshots.save_checkpoint(root, payload)
