@@ -1,132 +1,211 @@
-"""Save and load of a 1 GiB payload: publish.snapshots against torch.save + fsync and torch.load alone.
+"""Save and load of a 1 GiB payload: publish.snapshots against torch.save + fsync and torch.load, each
+operation in a fresh process, the two sides interleaved, medians and spread over rounds.
 
-    python bench/snapshots.py [DIR] [--runs N] [--gib G] [--tensors T] [--no-warm]
+    python bench/snapshots.py [DIR] [--rounds N] [--gib G] [--tensors T]
 
-Runs alternate (baseline then library, library then baseline, ...; for saves and for loads) in one process and the medians are printed as a markdown
-table.  The library's save is measured in steady state with keep_last=2: two snapshots exist before each
-save, so each save also verifies the new one and removes the oldest.
+Each round runs eight fresh processes, in pairs (baseline then library, or library then baseline, alternating
+by round), each timing one operation after importing torch and building the payload:
+
+- first save: the library's first ``save_checkpoint(keep_last=2)`` of a process, into a root that holds two
+  older snapshots written by earlier processes (what every job does after a restart), against one
+  ``torch.save`` + fsync;
+- first save after load_latest: the same, after an untimed ``load_latest`` (a job resuming), against one
+  ``torch.save`` + fsync after an untimed ``torch.load`` of the baseline's file;
+- steady save: the library's second save of a process (the first, untimed, made the process know every
+  snapshot in the root), against a second ``torch.save`` + fsync of the process;
+- load: ``load(path)`` of the newest snapshot against ``torch.load(weights_only=True, map_location="cpu")``
+  of the baseline's file (both files were written moments before, so both are in the page cache).
+
+Peak memory is each process's ``ru_maxrss`` (torch, the payload, the operation).  Ratios are computed per
+round (paired) and their median and range are printed, with the medians of the times.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-import torch
+REPO = Path(__file__).resolve().parent.parent
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+PAIRS = [
+    ("first save", "base_save1", "save1"),
+    ("first save after load_latest", "base_save_resumed", "save_resumed"),
+    ("steady save", "base_save2", "save2"),
+    ("load", "base_load", "load"),
+]
+TARGETS = {"first save": 1.5, "first save after load_latest": 1.5, "steady save": 1.5, "load": 1.2}
+MEMORY_TARGET = 1.1
 
-import publish.snapshots as snapshots  # noqa: E402
+
+def make_payload(torch: Any, gib: float, tensors: int, step: int) -> dict[str, Any]:
+    """``gib`` GiB of float32 in ``tensors`` tensors (contents do not change what is measured)."""
+    elements = int(gib * (1 << 30)) // 4
+    if tensors == 1:
+        return {"step": step, "weights": torch.full((elements,), 1.5), "small": torch.arange(10)}
+    each = elements // tensors
+    model = {f"layer{i}.weight": torch.full((each,), float(i)) for i in range(tensors)}
+    return {"step": step, "model": model, "small": torch.arange(10)}
 
 
-def baseline_save(path: Path, payload: dict[str, object]) -> float:
-    start = time.perf_counter()
+def torch_save(torch: Any, payload: dict[str, Any], path: str) -> None:
     torch.save(payload, path)
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    return time.perf_counter() - start
 
 
-def warm_memory(elements: int) -> None:
-    """Touch and free as much memory as a load allocates, so that the load which follows gets pages the
-    kernel has just freed rather than pages a ballooned VM's host has taken back (which can take seconds
-    to fault in again, and would fall on whichever load happens to go first)."""
-    block = torch.ones(elements)
-    del block
+def child(op: str, root: str, plain: str, step: int, gib: float, tensors: int) -> None:
+    """One operation in this fresh process; prints {"seconds", "maxrss_kib", "path"} as JSON."""
+    sys.path.insert(0, str(REPO))
+    import torch
+
+    import publish.snapshots as snapshots
+
+    path = ""
+    if op == "load":
+        path = _newest(root)
+        start = time.perf_counter()
+        snapshots.load(path)
+    elif op == "base_load":
+        start = time.perf_counter()
+        torch.load(plain, weights_only=True, map_location="cpu")
+    else:
+        payload = make_payload(torch, gib, tensors, step)
+        if op == "save_resumed":  # a job's start: resume from the newest snapshot, untimed
+            resumed: Any = snapshots.load_latest(root)
+            del resumed
+        elif op == "base_save_resumed":
+            resumed = torch.load(plain, weights_only=True, map_location="cpu")
+            del resumed
+        if op in ("save2", "base_save2"):  # the untimed first save of this process
+            if op == "save2":
+                snapshots.save_checkpoint(root, payload)
+            else:
+                torch_save(torch, payload, plain)
+            payload["step"] = step + 1
+        start = time.perf_counter()
+        if op.startswith("base_"):
+            torch_save(torch, payload, plain)
+        else:
+            path = str(snapshots.save_checkpoint(root, payload))
+    seconds = time.perf_counter() - start
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"seconds": seconds, "maxrss_kib": maxrss, "path": path}))
 
 
-def timed(fn, *args):  # type: ignore[no-untyped-def]
-    start = time.perf_counter()
-    result = fn(*args)
-    return time.perf_counter() - start, result
+def _newest(root: str) -> str:
+    """The newest snapshot directory by name's step (the bench writes them in order), without verifying."""
+    names = sorted(n for n in os.listdir(root) if n.startswith("step_"))
+    return os.path.join(root, names[-1])
+
+
+def run_child(op: str, root: Path, plain: Path, step: int, args: argparse.Namespace) -> dict[str, Any]:
+    argv = [sys.executable, __file__, "--child", op, str(root), str(plain), str(step)]
+    argv += ["--gib", str(args.gib), "--tensors", str(args.tensors)]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"{op} failed:\n{out.stderr}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def spread(values: list[float], fmt: str) -> str:
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("dir", nargs="?", default=None)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--gib", type=float, default=1.0)
     parser.add_argument("--tensors", type=int, default=1, help="split the payload into this many tensors")
-    parser.add_argument(
-        "--no-warm", dest="warm", action="store_false", help="do not touch fresh memory before each load"
-    )
+    parser.add_argument("--child", nargs=4, metavar=("OP", "ROOT", "PLAIN", "STEP"))
     args = parser.parse_args()
+    if args.child:
+        op, root, plain, step = args.child
+        child(op, root, plain, int(step), args.gib, args.tensors)
+        return 0
     work = Path(tempfile.mkdtemp(prefix="snapbench-", dir=args.dir))
     try:
-        torch.manual_seed(0)
-        elements = int(args.gib * (1 << 30)) // 4
-        if args.tensors == 1:
-            payload = {"step": 0, "weights": torch.randn(elements), "small": torch.arange(10)}
-        else:  # like a state_dict: many tensors of a few MiB each
-            each = elements // args.tensors
-            weights = {f"layer{i}.weight": torch.randn(each) for i in range(args.tensors)}
-            payload = {"step": 0, "model": weights, "small": torch.arange(10)}
-        root = work / "root"
-        plain = work / "plain.pt"
-        for step in (1, 2):  # steady state: keep_last=2 already full
-            payload["step"] = step
-            snapshots.save_checkpoint(root, payload)
-        times: dict[str, list[float]] = {"save": [], "base_save": [], "load": [], "base_load": []}
+        root, plain = work / "root", work / "plain.pt"
+        step = 0
+        for _ in range(2):  # the root holds two older snapshots before the first round
+            run_child("save1", root, plain, step, args)
+            step += 2
+        results: dict[str, list[dict[str, Any]]] = {}
         loadavg: list[float] = []
-        for run in range(args.runs):
-            payload["step"] = 3 + run
-            # Alternate which goes first, so neither always follows the other's writeback.
-            if run % 2 == 0:
-                times["base_save"].append(baseline_save(plain, payload))
-            t, path = timed(snapshots.save_checkpoint, root, payload)
-            times["save"].append(t)
-            if run % 2 == 1:
-                times["base_save"].append(baseline_save(plain, payload))
-            loads = [
-                ("base_load", lambda: torch.load(plain, weights_only=True, map_location="cpu")),
-                ("load", lambda path=path: snapshots.load(path)),
-            ]
-            for key, load in loads if run % 2 == 0 else loads[::-1]:
-                if args.warm:
-                    warm_memory(elements)
-                t, _ = timed(load)
-                times[key].append(t)
+        for r in range(args.rounds):
+            for _name, base, ours in PAIRS:
+                order = [base, ours] if r % 2 == 0 else [ours, base]
+                for op in order:
+                    results.setdefault(op, []).append(run_child(op, root, plain, step, args))
+                    step += 2
             loadavg.append(os.getloadavg()[0])
             print(
-                f"run {run + 1}: "
-                + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items())
+                f"round {r + 1}: "
+                + ", ".join(f"{k} {v[-1]['seconds']:.2f}s" for k, v in results.items())
                 + f", load average {loadavg[-1]:.1f}",
                 file=sys.stderr,
             )
-        med = {k: statistics.median(v) for k, v in times.items()}
-        size = plain.stat().st_size
-        print(f"payload {size / (1 << 30):.2f} GiB, {args.runs} runs each, medians; {platform.platform()}")
-        print(
-            f"python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} CPUs, dir {work}"
-        )
-        print(
-            f"load average (1 min) during the runs: min {min(loadavg):.1f}, median "
-            f"{statistics.median(loadavg):.1f}, max {max(loadavg):.1f}"
-        )
-        print()
-        print("| operation | baseline | publish.snapshots | ratio | target |")
-        print("| --- | --- | --- | --- | --- |")
-        print(
-            f"| save (keep_last=2) | {med['base_save']:.2f} s (torch.save + fsync) | {med['save']:.2f} s "
-            f"| {med['save'] / med['base_save']:.2f}x | <= 1.5x |"
-        )
-        print(
-            f"| load | {med['base_load']:.2f} s (torch.load, weights_only) | {med['load']:.2f} s "
-            f"| {med['load'] / med['base_load']:.2f}x | <= 1.2x |"
-        )
+        report(args, results, loadavg, plain.stat().st_size)
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def report(
+    args: argparse.Namespace, results: dict[str, list[dict[str, Any]]], loadavg: list[float], size: int
+) -> None:
+    import torch
+
+    print(
+        f"payload {size / (1 << 30):.2f} GiB in {args.tensors} tensor(s), {args.rounds} rounds, one fresh "
+        f"process per operation; {platform.platform()}, python {platform.python_version()}, "
+        f"torch {torch.__version__}, {os.cpu_count()} CPUs"
+    )
+    print(
+        f"load average (1 min) after each round: min {min(loadavg):.1f}, median "
+        f"{statistics.median(loadavg):.1f}, max {max(loadavg):.1f}"
+    )
+    print()
+    print("| operation | baseline, s | publish.snapshots, s | ratio (paired) | target | met |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, base, ours in PAIRS:
+        b = [x["seconds"] for x in results[base]]
+        o = [x["seconds"] for x in results[ours]]
+        ratios = [y / x for x, y in zip(b, o)]
+        met = "yes" if statistics.median(ratios) <= TARGETS[name] else "no"
+        print(
+            f"| {name} | {spread(b, '.2f')} | {spread(o, '.2f')} | {spread(ratios, '.2f')}x "
+            f"| <= {TARGETS[name]}x | {met} |"
+        )
+    print()
+    print(
+        "| peak memory (ru_maxrss) | baseline, MiB | publish.snapshots, MiB | ratio (paired) | target | met |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, base, ours in PAIRS:
+        b = [x["maxrss_kib"] / 1024 for x in results[base]]
+        o = [x["maxrss_kib"] / 1024 for x in results[ours]]
+        ratios = [y / x for x, y in zip(b, o)]
+        target = f"<= {MEMORY_TARGET}x" if name == "first save" else "-"
+        met = ("yes" if statistics.median(ratios) <= MEMORY_TARGET else "no") if name == "first save" else "-"
+        print(
+            f"| {name} | {spread(b, '.0f')} | {spread(o, '.0f')} | {spread(ratios, '.2f')}x | {target} | {met} |"
+        )
 
 
 if __name__ == "__main__":

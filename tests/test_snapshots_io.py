@@ -6,7 +6,9 @@ import contextlib
 import hashlib
 import os
 import random
+import subprocess
 import sys
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from hypothesis import strategies as st
 
 import publish.snapshots as snapshots
 from publish.snapshots import _payload, _save
+from tests.conftest import need
 
 pytestmark = pytest.mark.torch
 
@@ -423,3 +426,29 @@ def test_a_failed_cache_hint_does_not_matter(tmp_path: Path, monkeypatch: pytest
     for step in (1, 2, 3):
         snapshots.save_checkpoint(tmp_path, payload_for(step))
     assert [int(p.name[5:17]) for p in snapshots.list_valid(tmp_path)] == [3, 2]
+
+
+def test_verifying_a_new_payload_does_not_add_its_size_to_the_peak_memory(tmp_path: Path) -> None:
+    """The re-read hashes from a mapping whose pages are dropped from the process once hashed."""
+    need(os.path.exists("/proc/self/clear_refs"), "Linux's /proc/self/clear_refs resets the peak RSS")
+    script = textwrap.dedent(
+        f"""
+        import torch
+        import publish.snapshots as snapshots
+        def peak_kib():
+            with open("/proc/self/status") as f:
+                return int(next(line for line in f if line.startswith("VmHWM:")).split()[1])
+        payload = {{"step": 1, "w": torch.full((48 << 20,), 1.5)}}  # 192 MiB, in memory before the reset
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = peak_kib()
+        snapshots.save_checkpoint({str(tmp_path)!r}, payload)
+        print(peak_kib() - before)
+        """
+    )
+    repo = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, timeout=300, check=True
+    )
+    grew_kib = int(out.stdout.strip())
+    assert grew_kib < 48 << 10, f"peak memory grew by {grew_kib} KiB"

@@ -78,8 +78,9 @@ class _Refused:
         return (int(self.name[5:17]), -1, self.name)
 
 
-# Snapshots this process verified completely: path -> (READY, manifest bytes, payload fingerprint).
-# Retention trusts an entry only while all three are unchanged; anything else is verified again.
+# Snapshots this process verified completely or whose payload digest it checked: path -> (READY, manifest
+# bytes, payload fingerprint).  Retention trusts an entry only while all three are unchanged; anything else
+# is checked again.
 _verified: dict[str, tuple[bytes, bytes, _payload.Fingerprint]] = {}
 
 
@@ -311,6 +312,35 @@ def _still_verified(meta: _Meta) -> bool:
     return cached is not None and cached == (meta.ready, meta.manifest_bytes, _fingerprint_now(meta))
 
 
+def _check_unverified(entries: list[_Meta]) -> dict[str, str]:
+    """Check the payload digest of each snapshot not verified since it last changed (in parallel, one per
+    CPU); the reason for each one that failed.  A snapshot's READY and manifest were checked by the scan, so
+    a matching digest shows its payload is the file its writer wrote and verified: nothing is deserialised.
+    """
+    todo: list[_Meta] = []
+    failed: dict[str, str] = {}
+    for entry in entries:
+        try:
+            if not _still_verified(entry):
+                todo.append(entry)
+        except (SnapshotError, OSError) as e:
+            failed[entry.path] = _reason(e)
+    jobs = [(os.path.join(m.path, PAYLOAD), m.manifest) for m in todo]
+    for meta, result in zip(todo, _payload.check_digests(jobs, _cpus()), strict=True):
+        if isinstance(result, Exception):
+            failed[meta.path] = _reason(result)
+        else:
+            _verified[meta.path] = (meta.ready, meta.manifest_bytes, result)
+    return failed
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _retain(root: str, new: _Meta, keep_last: int) -> None:
     """Remove the valid snapshots older than the newest ``keep_last`` (and the new one); never raises."""
     try:
@@ -318,6 +348,7 @@ def _retain(root: str, new: _Meta, keep_last: int) -> None:
     except Exception as e:
         log.warning("retention: cannot list %s: %s", root, _reason(e))
         return
+    failed = _check_unverified([e for e in entries if isinstance(e, _Meta) and e.path != new.path])
     kept = 0
     for entry in entries:
         if isinstance(entry, _Refused):
@@ -326,11 +357,8 @@ def _retain(root: str, new: _Meta, keep_last: int) -> None:
         if entry.path == new.path:
             kept += 1
             continue
-        try:
-            if not _still_verified(entry):
-                _verify(entry)
-        except Exception as e:
-            log.warning("retention: left %s in place: %s", entry.path, _reason(e))
+        if entry.path in failed:
+            log.warning("retention: left %s in place: %s", entry.path, failed[entry.path])
             continue
         if kept < keep_last:
             kept += 1

@@ -314,3 +314,65 @@ def load(path: str, manifest: dict[str, Any]) -> tuple[dict[str, Any], Fingerpri
     finally:
         os.close(fd)
     return payload, fingerprint(st)
+
+
+_DIGEST_CHUNK = 1 << 20  # a digest check holds one buffer of this size, whatever the payload's size
+
+
+def check_digest(path: str, manifest: dict[str, Any]) -> Fingerprint:
+    """The payload at ``path`` has the manifest's size and SHA-256, read in bounded pieces and never
+    deserialised; SnapshotError otherwise.  Returns the fingerprint of the file as opened."""
+    fd, st = _fs.open_regular(path)
+    try:
+        expected = manifest["bytes"]
+        if st.st_size != expected:
+            raise SnapshotError(f"{path} holds {st.st_size} bytes, the manifest says {expected}")
+        sha256 = hashlib.sha256()
+        buf = memoryview(bytearray(_DIGEST_CHUNK))
+        size = 0
+        try:
+            while size <= expected:  # one byte past the manifest's size tells a file that grew
+                n = _pread_into(fd, buf[: min(_DIGEST_CHUNK, expected + 1 - size)], size)
+                if n == 0:
+                    break
+                sha256.update(buf[:n])
+                size += n
+            now = os.fstat(fd)
+        except OSError as e:
+            raise SnapshotError(f"{path}: {e.strerror}") from None
+        if fingerprint(now) != fingerprint(st):
+            raise SnapshotError(f"{path} changed while it was being checked")
+        if size != expected:
+            raise SnapshotError(f"{path} holds {size} bytes, the manifest says {expected}")
+        if sha256.hexdigest() != manifest["sha256"]:
+            raise SnapshotError(f"{path}: SHA-256 differs from the manifest")
+    finally:
+        os.close(fd)
+    return fingerprint(st)
+
+
+def check_digests(jobs: list[tuple[str, dict[str, Any]]], threads: int) -> list[Fingerprint | Exception]:
+    """:func:`check_digest` of each ``(path, manifest)``, up to ``threads`` at once (hashlib releases the
+    GIL); each result is the fingerprint or the exception that check raised, in the order of ``jobs``."""
+    results: list[Fingerprint | Exception | None] = [None] * len(jobs)
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for i in range(len(jobs)):
+        todo.put(i)
+
+    def work() -> None:
+        while True:
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results[i] = check_digest(*jobs[i])
+            except Exception as e:  # noqa: BLE001 - each check's failure is that snapshot's verdict
+                results[i] = e
+
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(max(1, min(threads, len(jobs))))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        _join(worker)
+    return [r if r is not None else SnapshotError("not checked") for r in results]

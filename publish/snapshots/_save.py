@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
@@ -164,6 +165,18 @@ def _map(fd: int) -> mmap.mmap | None:
     return mapped
 
 
+def _unmap_pages(mapped: mmap.mmap, offset: int, length: int) -> None:
+    """Drop ``[offset, offset + length)`` of the mapping from this process's memory once hashed: the pages
+    stay in the page cache, but do not count towards the process's resident memory, so verifying a payload
+    does not add its size to the save's peak."""
+    if _DONTNEED is not None and offset % mmap.PAGESIZE == 0:
+        with contextlib.suppress(OSError, ValueError):  # only a hint: the hash is right either way
+            mapped.madvise(_DONTNEED, offset, length)
+
+
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None) if hasattr(mmap.mmap, "madvise") else None
+
+
 class _Hasher(threading.Thread):
     """Hashes ``[start, end)`` of a file, from ``state`` on, beside the load that reads the same file.
 
@@ -203,6 +216,7 @@ class _Hasher(threading.Thread):
                 self.sha256.update(chunk)
                 self.size += len(chunk)
                 chunk.release()
+                _unmap_pages(mapped, offset, self.size + self.start_at - offset)
 
     def _hash_read(self) -> None:
         buf = memoryview(bytearray(_READ_CHUNK))
