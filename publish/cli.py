@@ -11,9 +11,9 @@ from publish.errors import Failure, PublishError, UsageError
 from publish.flags import FlagSet, HelpRequested
 from publish.frameworks import FRAMEWORKS
 from publish.gocompat import go_quote
+from publish.layout import EXEC
 from publish.redact import line as guarded
 from publish.redact import quoted, shown
-from publish.stores.base import EXEC
 from publish.verbs import Say
 
 TYPE_CHECKING = (

@@ -14,8 +14,8 @@ import stat
 from publish import fsops
 from publish.errors import Failure
 from publish.fileio import read_at_most
-from publish.layout import POSIX_NAME_MAX
-from publish.stores.base import EXEC, PUB, TOMB, Removal
+from publish.layout import EXEC, POSIX_NAME_MAX, PUB, TOMB
+from publish.stores.base import Removal
 
 _O_NOFOLLOW = fsops.O_NOFOLLOW
 _O_CLOEXEC = fsops.O_CLOEXEC

@@ -8,9 +8,9 @@ from typing import Any
 
 from publish.creds.model import Credentials
 from publish.errors import Failure, StoreError
-from publish.layout import S3_KEY_MAX
+from publish.layout import PUB, S3_KEY_MAX, TOMB
 from publish.s3client import Renew, S3Client
-from publish.stores.base import PUB, TOMB, Removal
+from publish.stores.base import Removal
 
 #: The name of the probe object, directly under PREFIX (beside pub/), followed by random hex.
 PROBE_NAME = ".publish-probe-"

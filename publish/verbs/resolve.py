@@ -5,7 +5,8 @@ from __future__ import annotations
 from publish import layout
 from publish.errors import Failure
 from publish.frameworks import FRAMEWORKS
-from publish.stores.base import EXEC, PUB, Store
+from publish.layout import EXEC, PUB
+from publish.stores.base import Store
 from publish.verbs import Say
 
 TYPE_CHECKING = False
