@@ -146,7 +146,9 @@ class S3Store:
             if k == folder:
                 continue
             if size < 0:
-                raise StoreError(f"list {self.location(path)}/: the store listed {k} without its Size")
+                raise StoreError(
+                    f"the store listed {k} without its Size", op="list", thing=f"{self.location(path)}/"
+                )
             found[k[len(folder) :]] = size
         return found
 
@@ -156,7 +158,7 @@ class S3Store:
             return None
         length = headers.get("content-length", "")
         if not (length.isascii() and length.isdigit()):
-            raise StoreError(f"head {self.location(path)}: the store sent no Content-Length")
+            raise StoreError("the store sent no Content-Length", op="head", thing=self.location(path))
         return int(length)
 
     def read_range(self, path: str, offset: int, length: int) -> bytes | None:
@@ -171,21 +173,21 @@ class S3Store:
         token = self._token()
         key = self.key(PROBE_NAME + token)
         body = f"publish probe {token}\n".encode("ascii")
+        where = self.location(PROBE_NAME + token)
         with _step("write"):
             self.client.put(key, body)
         with _step("read"):
             got = self.client.get(key, len(body))
             if got is None:
-                raise StoreError(f"{self.location(PROBE_NAME + token)} is not there after it was written")
+                raise StoreError(f"{where} is not there after it was written")
             if got != body:
-                raise StoreError(
-                    f"{self.location(PROBE_NAME + token)} reads back other bytes than were written"
-                )
+                raise StoreError(f"{where} reads back other bytes than were written")
         with _step("conditional write"):
             if self.client.put_if_absent(key, body):
                 raise StoreError(
-                    f"{self.location(PROBE_NAME + token)}: the store accepted a second If-None-Match: * write "
-                    "of the same key: it does not honour conditional writes"
+                    "the store accepted a second If-None-Match: * write of the same key: it does not honour "
+                    "conditional writes",
+                    thing=where,
                 )
         with _step("list"):
             self.list_entries()
@@ -204,6 +206,4 @@ class _step:
 
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, StoreError):
-            text = str(exc)
-            text = text[len("store: ") :] if text.startswith("store: ") else text
-            raise StoreError(f"probe: {self.name}: {text}", code=exc.code, status=exc.status) from None
+            raise exc.in_step(self.name) from None
