@@ -39,15 +39,6 @@ _KINDS = {
 RANGE_LIMIT = 64 * 1024 * 1024
 
 
-def fsync_dir(path: str) -> None:
-    """Make the names in the directory ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
-    try:
-        fsops.fsync_fd(fd)
-    finally:
-        os.close(fd)
-
-
 def kind(mode: int) -> str:
     """What a file of ``mode`` is, for a message: "a directory", "a FIFO"..."""
     return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
