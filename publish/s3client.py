@@ -1,7 +1,7 @@
 """An S3 REST client for one bucket: path-style requests signed with SigV4, over one :class:`net.Connector`.
 
 ListObjectsV2, GET (with a size cap), HEAD, PUT (plain and ``If-None-Match: *``), DELETE and DeleteObjects.
-Every request gets the time left before the deadline set with :meth:`S3Client.set_deadline`.  Idempotent
+Every request gets the time left before the :class:`Deadline` handed to it (the client keeps none).  Idempotent
 requests are retried on a dropped connection, 500, 502, 503, 504 and SlowDown with jittered exponential
 backoff while time is left; any other error fails at once as :class:`StoreError` ``"<operation> <key>:
 <code>: <message>"``.  Time, sleep and randomness are parameters, so tests are deterministic.
@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from publish import net, redact, s3xml, sigv4
 from publish.creds.model import Credentials
+from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import StoreError
 from publish.s3retry import Answer, Clock, Policy, refused, retrying
 from publish.s3xml import Listing
@@ -45,6 +46,11 @@ _MISSING_OK = Policy(ok=frozenset((404,)))
 __all__ = ["GET_LIMIT", "Listing", "Renew", "S3Client"]
 
 Renew = Callable[[str], Credentials]
+
+
+def _timed_out(deadline: Deadline, op: str, thing: str) -> StoreError:
+    given = f" (the time given was {deadline.timeout:g}s)" if deadline.timeout is not None else ""
+    return StoreError(f"timed out{given}", op=op, thing=thing)
 
 
 class S3Client:
@@ -80,34 +86,23 @@ class S3Client:
             self.conn = connector or net.Connector(creds.endpoint, proxy=proxy, cafile=cafile, env=env)
         except ValueError as e:
             raise StoreError(str(e), thing=f"s3://{bucket}") from None
-        self.deadline: float | None = None
-        self.timeout: float | None = None
         #: Requests sent, by operation (list, get, head, put, delete, delete-objects), resends included.
         self.sent: Counter[str] = Counter()
         self._lock = threading.Lock()
 
     # -- time
 
-    def set_deadline(self, timeout: float | None) -> None:
-        """Requests from now on share ``timeout`` seconds (None: no bound)."""
-        self.timeout = timeout
-        self.deadline = None if timeout is None else self.clock() + timeout
-
-    def _left(self, op: str, thing: str) -> float | None:
-        if self.deadline is None:
-            return None
-        left = self.deadline - self.clock()
-        if left <= 0:
-            raise self._timed_out(op, thing)
+    def _left(self, deadline: Deadline, op: str, thing: str) -> float | None:
+        left = deadline.left()
+        if left is not None and left <= 0:
+            raise _timed_out(deadline, op, thing)
         return left
 
-    def _retrying(self, send: Callable[[], Answer], policy: Policy, op: str, name: str) -> Answer:
-        clock = Clock(self.clock, self.sleep, self.rand, self.deadline)
+    def _retrying(
+        self, send: Callable[[], Answer], policy: Policy, deadline: Deadline, op: str, name: str
+    ) -> Answer:
+        clock = Clock(deadline.clock, self.sleep, self.rand, deadline.at)
         return retrying(send, policy, clock, op, self.where(name))
-
-    def _timed_out(self, op: str, thing: str) -> StoreError:
-        given = f" (the time given was {self.timeout:g}s)" if self.timeout is not None else ""
-        return StoreError(f"timed out{given}", op=op, thing=thing)
 
     def where(self, key: str) -> str:
         """The object's URL as a message shows it (quoted when the key holds a control character)."""
@@ -128,6 +123,8 @@ class S3Client:
         headers: Mapping[str, str] | None = None,
         body: bytes = b"",
         limit: int = SMALL_LIMIT,
+        *,
+        deadline: Deadline,
     ) -> Answer:
         """Sign and send once (``key`` None: to the bucket itself; ``name`` is the key messages name); a
         refusal of the credentials is renewed and sent once more."""
@@ -147,12 +144,12 @@ class S3Client:
                     target,
                     signed,
                     body,
-                    timeout=self._left(op, thing),
+                    timeout=self._left(deadline, op, thing),
                     limit=limit,
                     error_limit=SMALL_LIMIT,
                 )
             except net.TimedOut:
-                raise self._timed_out(op, thing) from None
+                raise _timed_out(deadline, op, thing) from None
             except net.NetError:
                 raise
             answer = Answer(resp.status, resp.headers, resp.body)
@@ -163,14 +160,14 @@ class S3Client:
                     and resp.status in (400, 403)
                     and answer.code in ("BadRequest", "Forbidden")
                 ):
-                    answer.code, answer.message = self._code_for_head(key, answer)
+                    answer.code, answer.message = self._code_for_head(key, answer, deadline)
             if answer.code in REFUSED and self.renew is not None and not renewed:
                 self._renew(answer.code)
                 renewed = True
                 continue
             return answer
 
-    def _code_for_head(self, key: str | None, answer: Answer) -> tuple[str, str]:
+    def _code_for_head(self, key: str | None, answer: Answer, deadline: Deadline) -> tuple[str, str]:
         """A HEAD error has no body; ask with a one-byte GET so a refusal of the credentials is recognised."""
         path = f"/{self.bucket}/{key}"
         hdrs = {"host": self.conn.host_header, "range": "bytes=0-0"}
@@ -181,7 +178,7 @@ class S3Client:
                 "GET",
                 sigv4.encode_path(path),
                 signed,
-                timeout=self._left("head", str(key)),
+                timeout=self._left(deadline, "head", str(key)),
                 limit=SMALL_LIMIT,
             )
         except net.NetError:
@@ -214,12 +211,15 @@ class S3Client:
         body: bytes = b"",
         limit: int = SMALL_LIMIT,
         ok: Iterable[int] = (),
+        *,
+        deadline: Deadline,
     ) -> Answer:
         """Send through the retry loop (:func:`publish.s3retry.retrying`): a 2xx answer, or one whose status is
         in ``ok``; StoreError for any other."""
         return self._retrying(
-            lambda: self._send(op, name, key, method, query, headers, body, limit),
+            lambda: self._send(op, name, key, method, query, headers, body, limit, deadline=deadline),
             Policy(ok=frozenset(ok)),
+            deadline,
             op,
             name,
         )
@@ -227,7 +227,13 @@ class S3Client:
     # -- operations
 
     def list(
-        self, prefix: str, delimiter: str = "", *, max_keys: int = BATCH, pages: int | None = None
+        self,
+        prefix: str,
+        delimiter: str = "",
+        *,
+        max_keys: int = BATCH,
+        pages: int | None = None,
+        deadline: Deadline = UNBOUNDED,
     ) -> Listing:
         """ListObjectsV2 of ``prefix``: every page (or the first ``pages``), keys and prefixes decoded.
 
@@ -247,7 +253,7 @@ class S3Client:
                     query.append(("delimiter", delimiter))
                 if token:
                     query.append(("continuation-token", token))
-                a = self._idempotent("list", prefix, None, "GET", query, limit=LIST_LIMIT)
+                a = self._idempotent("list", prefix, None, "GET", query, limit=LIST_LIMIT, deadline=deadline)
                 keys, prefixes, sizes, truncated, token = s3xml.listing(thing, a.body)
                 for k in keys:
                     if not k.startswith(prefix):
@@ -287,19 +293,21 @@ class S3Client:
                     )
                 used.add(digest)
 
-    def get(self, key: str, limit: int = GET_LIMIT) -> bytes | None:
+    def get(self, key: str, limit: int = GET_LIMIT, *, deadline: Deadline = UNBOUNDED) -> bytes | None:
         """The object's bytes, or None when there is none (404 NoSuchKey).  Over ``limit`` (at most 64 MiB)
         bytes is refused, naming the key and its size."""
         limit = min(limit, GET_LIMIT)
         with self._lock:
-            a = self._idempotent("get", key, key, "GET", limit=limit, ok=(404,))
+            a = self._idempotent("get", key, key, "GET", limit=limit, ok=(404,), deadline=deadline)
         if a.status == 404:
             if a.code in ("NoSuchKey", "NotFound"):
                 return None
             raise refused("get", self.where(key), a)
         return a.body
 
-    def get_range(self, key: str, offset: int, length: int) -> bytes | None:
+    def get_range(
+        self, key: str, offset: int, length: int, *, deadline: Deadline = UNBOUNDED
+    ) -> bytes | None:
         """Up to ``length`` bytes of the object from ``offset`` (a ranged GET; fewer at its end, none past
         it), or None when there is no object.  A store that ignores Range sends the whole object, which is
         then read under the GET cap and cut here."""
@@ -307,7 +315,9 @@ class S3Client:
             return b""
         headers = {"range": f"bytes={offset}-{offset + length - 1}"}
         with self._lock:
-            a = self._idempotent("get", key, key, "GET", headers=headers, limit=GET_LIMIT, ok=(404, 416))
+            a = self._idempotent(
+                "get", key, key, "GET", headers=headers, limit=GET_LIMIT, ok=(404, 416), deadline=deadline
+            )
         if a.status == 404:
             if a.code in ("NoSuchKey", "NotFound"):
                 return None
@@ -318,27 +328,35 @@ class S3Client:
             return a.body[:length]
         return a.body[offset : offset + length]
 
-    def head(self, key: str) -> dict[str, str] | None:
+    def head(self, key: str, *, deadline: Deadline = UNBOUNDED) -> dict[str, str] | None:
         """The object's headers, or None when there is none."""
         with self._lock:
-            a = self._idempotent("head", key, key, "HEAD", ok=(404,))
+            a = self._idempotent("head", key, key, "HEAD", ok=(404,), deadline=deadline)
         if a.status == 404:
             if a.code in ("NoSuchKey", "NotFound"):
                 return None
             raise refused("head", self.where(key), a)
         return a.headers
 
-    def put(self, key: str, body: bytes = b"") -> None:
+    def put(self, key: str, body: bytes = b"", *, deadline: Deadline = UNBOUNDED) -> None:
         """A plain PUT, sent once."""
         with self._lock:
             try:
-                a = self._send("put", key, key, "PUT", headers={"content-length": str(len(body))}, body=body)
+                a = self._send(
+                    "put",
+                    key,
+                    key,
+                    "PUT",
+                    headers={"content-length": str(len(body))},
+                    body=body,
+                    deadline=deadline,
+                )
             except net.NetError as e:
                 raise StoreError(str(e), op="put", thing=self.where(key)) from None
         if a.status >= 300:
             raise refused("put", self.where(key), a)
 
-    def put_if_absent(self, key: str, body: bytes = b"") -> bool:
+    def put_if_absent(self, key: str, body: bytes = b"", *, deadline: Deadline = UNBOUNDED) -> bool:
         """PUT with ``If-None-Match: *``: True when this call created the object, False when it was there.
 
         409 ConditionalRequestConflict: sent up to 4 times in all (waits of 50-100, 100-200, 200-400 ms).
@@ -348,8 +366,9 @@ class S3Client:
         headers = {"if-none-match": "*", "content-length": str(len(body))}
         with self._lock:
             a = self._retrying(
-                lambda: self._send("put", key, key, "PUT", headers=headers, body=body),
+                lambda: self._send("put", key, key, "PUT", headers=headers, body=body, deadline=deadline),
                 _CONDITIONAL,
+                deadline,
                 "put",
                 key,
             )
@@ -365,12 +384,12 @@ class S3Client:
             status=a.status,
         )
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str, *, deadline: Deadline = UNBOUNDED) -> None:
         """DELETE one object; a missing one is fine."""
         with self._lock:
-            self._idempotent("delete", key, key, "DELETE", ok=(404,))
+            self._idempotent("delete", key, key, "DELETE", ok=(404,), deadline=deadline)
 
-    def delete_objects(self, keys: Sequence[str]) -> None:
+    def delete_objects(self, keys: Sequence[str], *, deadline: Deadline = UNBOUNDED) -> None:
         """DeleteObjects, 1,000 keys a request, Quiet, with Content-MD5.  A per-key error fails naming the key."""
         for start in range(0, len(keys), BATCH):
             batch = keys[start : start + BATCH]
@@ -382,7 +401,15 @@ class S3Client:
             }
             with self._lock:
                 a = self._idempotent(
-                    "delete-objects", batch[0], None, "POST", [("delete", "")], headers, body, DELETE_LIMIT
+                    "delete-objects",
+                    batch[0],
+                    None,
+                    "POST",
+                    [("delete", "")],
+                    headers,
+                    body,
+                    DELETE_LIMIT,
+                    deadline=deadline,
                 )
             errors = s3xml.delete_errors(a.body)
             if errors is None:
