@@ -22,7 +22,7 @@ from publish import net, redact, s3xml, sigv4
 from publish.creds.model import Credentials
 from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import StoreError
-from publish.s3retry import Answer, Clock, Policy, refused, retrying
+from publish.s3retry import Answer, Clock, Policy, refused, retrying, time_left, timed_out
 from publish.s3xml import Listing
 
 #: The largest object GET reads (spec: trainer_state.json over 64 MiB is refused).
@@ -46,11 +46,6 @@ _MISSING_OK = Policy(ok=frozenset((404,)))
 __all__ = ["GET_LIMIT", "Listing", "Renew", "S3Client"]
 
 Renew = Callable[[str], Credentials]
-
-
-def _timed_out(deadline: Deadline, op: str, thing: str) -> StoreError:
-    given = f" (the time given was {deadline.timeout:g}s)" if deadline.timeout is not None else ""
-    return StoreError(f"timed out{given}", op=op, thing=thing)
 
 
 class S3Client:
@@ -91,12 +86,6 @@ class S3Client:
         self._lock = threading.Lock()
 
     # -- time
-
-    def _left(self, deadline: Deadline, op: str, thing: str) -> float | None:
-        left = deadline.left()
-        if left is not None and left <= 0:
-            raise _timed_out(deadline, op, thing)
-        return left
 
     def _retrying(
         self, send: Callable[[], Answer], policy: Policy, deadline: Deadline, op: str, name: str
@@ -144,12 +133,12 @@ class S3Client:
                     target,
                     signed,
                     body,
-                    timeout=self._left(deadline, op, thing),
+                    timeout=time_left(deadline, op, thing),
                     limit=limit,
                     error_limit=SMALL_LIMIT,
                 )
             except net.TimedOut:
-                raise _timed_out(deadline, op, thing) from None
+                raise timed_out(deadline, op, thing) from None
             except net.NetError:
                 raise
             answer = Answer(resp.status, resp.headers, resp.body)
@@ -178,7 +167,7 @@ class S3Client:
                 "GET",
                 sigv4.encode_path(path),
                 signed,
-                timeout=self._left(deadline, "head", str(key)),
+                timeout=time_left(deadline, "head", str(key)),
                 limit=SMALL_LIMIT,
             )
         except net.NetError:
@@ -255,23 +244,7 @@ class S3Client:
                     query.append(("continuation-token", token))
                 a = self._idempotent("list", prefix, None, "GET", query, limit=LIST_LIMIT, deadline=deadline)
                 keys, prefixes, sizes, truncated, token = s3xml.listing(thing, a.body)
-                for k in keys:
-                    if not k.startswith(prefix):
-                        raise StoreError(
-                            f"the store returned {k}, outside the prefix", op="list", thing=thing
-                        )
-                for p in prefixes:
-                    if not p.startswith(prefix):
-                        raise StoreError(
-                            f"the store returned {p}, outside the prefix", op="list", thing=thing
-                        )
-                    rest = p[len(prefix) :]
-                    if not delimiter or not rest.endswith(delimiter) or delimiter in rest[: -len(delimiter)]:
-                        raise StoreError(
-                            f"the store returned the common prefix {p}, not one element below the prefix",
-                            op="list",
-                            thing=thing,
-                        )
+                s3xml.check_page(thing, prefix, delimiter, keys, prefixes)
                 out.keys += keys
                 out.prefixes += prefixes
                 out.sizes += sizes

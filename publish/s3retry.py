@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from publish import net
+from publish.deadline import Deadline
 from publish.errors import StoreError
 
 #: Statuses and codes worth sending an idempotent request again for.
@@ -59,6 +60,20 @@ class Clock:
     sleep: Callable[[float], None]
     rand: Callable[[], float]
     deadline: float | None
+
+
+def timed_out(deadline: Deadline, op: str, thing: str) -> StoreError:
+    """``OP THING: timed out (the time given was Ns)``."""
+    given = f" (the time given was {deadline.timeout:g}s)" if deadline.timeout is not None else ""
+    return StoreError(f"timed out{given}", op=op, thing=thing)
+
+
+def time_left(deadline: Deadline, op: str, thing: str) -> float | None:
+    """Seconds left for one send (None: unbounded); the timed-out StoreError when none are."""
+    left = deadline.left()
+    if left is not None and left <= 0:
+        raise timed_out(deadline, op, thing)
+    return left
 
 
 def too_large(op: str, thing: str, e: net.TooLarge) -> StoreError:

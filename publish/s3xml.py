@@ -94,6 +94,23 @@ def listing(thing: str, body: bytes) -> tuple[list[str], list[str], list[int], b
     )
 
 
+def check_page(thing: str, prefix: str, delimiter: str, keys: list[str], prefixes: list[str]) -> None:
+    """Refuse a LIST page with a key outside ``prefix``, or a common prefix not one element below it."""
+    for k in keys:
+        if not k.startswith(prefix):
+            raise StoreError(f"the store returned {k}, outside the prefix", op="list", thing=thing)
+    for p in prefixes:
+        if not p.startswith(prefix):
+            raise StoreError(f"the store returned {p}, outside the prefix", op="list", thing=thing)
+        rest = p[len(prefix) :]
+        if not delimiter or not rest.endswith(delimiter) or delimiter in rest[: -len(delimiter)]:
+            raise StoreError(
+                f"the store returned the common prefix {p}, not one element below the prefix",
+                op="list",
+                thing=thing,
+            )
+
+
 def error_of(status: int, headers: Mapping[str, str], body: bytes) -> tuple[str, str]:
     """(code, message) from an S3 error document, else from the headers or the status; both scrubbed of
     credential values (a store or proxy may echo the request's headers)."""
