@@ -414,3 +414,17 @@ def test_a_truncated_listing_without_a_token_is_an_error(weed: Weed, fault_proxy
     fault_proxy.add(Respond(200, body=body), kind="LIST")
     with pytest.raises(StoreError, match="truncated listing without a token"):
         c.list(f"{p}/")
+
+
+def test_a_refusal_carries_its_fields_and_renders_them(weed: Weed, fault_proxy: FaultProxy) -> None:
+    c, p = client(weed, fault_proxy.endpoint)
+    fault_proxy.add(Respond(403, "AccessDenied", "Access Denied."), kind="GET")
+    with pytest.raises(StoreError) as caught:
+        c.get(f"{p}/k")
+    e = caught.value
+    assert (e.op, e.thing, e.code, e.status) == ("get", f"s3://{c.bucket}/{p}/k", "AccessDenied", 403)
+    assert e.detail == "AccessDenied: Access Denied."
+    assert str(e) == f"store: get s3://{c.bucket}/{p}/k: AccessDenied: Access Denied."
+    stepped = e.in_step("read")
+    assert str(stepped) == f"store: probe: read: get s3://{c.bucket}/{p}/k: AccessDenied: Access Denied."
+    assert (stepped.code, stepped.status, stepped.step) == ("AccessDenied", 403, "read")
