@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from publish import layout  # noqa: E402
+from tests.reference_plan import quadratic_plan  # noqa: E402
 
 PY = sys.executable
 BEGIN, END = "<!-- bench/resolve.py: begin -->", "<!-- bench/resolve.py: end -->"
@@ -216,19 +217,6 @@ def plan_entries(n: int) -> list[layout.Entry]:
         assert entry.name  # as parsed from pub/: each entry holds its name already
     random.Random(n).shuffle(out)
     return out
-
-
-def quadratic_plan(entries: list[layout.Entry], keep: int) -> tuple[list[layout.Entry], list[str]]:
-    """The plan before it was made O(n log n), for comparison."""
-    ordered = layout.oldest_first(entries)
-    cut = max(len(ordered) - max(keep, 1), 0)
-    gone, kept = ordered[:cut], ordered[cut:]
-    folders: list[str] = []
-    for entry in gone:
-        if entry.path in folders or any(layout.related(entry.path, k.path) for k in kept):
-            continue
-        folders.append(entry.path)
-    return gone, folders
 
 
 def plan_times(n: int, runs: int, quadratic: bool) -> dict[str, float]:

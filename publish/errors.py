@@ -39,13 +39,47 @@ class CredentialsError(Failure):
 
 
 class StoreError(Failure):
-    """A fault reported by, or on the way to, the store; the message starts with ``store: ``.
+    """A fault reported by, or on the way to, the store, rendered ``store: [probe: STEP: ][OP ][THING: ]DETAIL``.
 
-    ``code`` is the S3 error code when the store sent one (``ExpiredToken``, ``SlowDown``...), else ``""``.
-    ``status`` is the HTTP status, or 0 when no response arrived.
+    ``op`` is the request (``list``, ``get``...), ``thing`` the key or location at fault, ``detail`` what went
+    wrong; ``code`` is the S3 error code when the store sent one (``ExpiredToken``, ``SlowDown``...), else
+    ``""``; ``status`` the HTTP status, or 0 when no response arrived; ``size`` and ``limit`` the bytes of a
+    refused body (None when unknown) and its cap; ``step`` the probe step it happened in.
     """
 
-    def __init__(self, message: str, code: str = "", status: int = 0) -> None:
-        super().__init__("store: " + message)
+    def __init__(
+        self,
+        detail: str,
+        *,
+        op: str = "",
+        thing: str = "",
+        code: str = "",
+        status: int = 0,
+        size: int | None = None,
+        limit: int | None = None,
+        step: str = "",
+    ) -> None:
+        where = f"{op} {thing}" if op and thing else op or thing
+        text = f"{where}: {detail}" if where else detail
+        super().__init__("store: " + (f"probe: {step}: " if step else "") + text)
+        self.detail = detail
+        self.op = op
+        self.thing = thing
         self.code = code
         self.status = status
+        self.size = size
+        self.limit = limit
+        self.step = step
+
+    def in_step(self, step: str) -> StoreError:
+        """The same fault, as met in the probe step ``step``."""
+        return StoreError(
+            self.detail,
+            op=self.op,
+            thing=self.thing,
+            code=self.code,
+            status=self.status,
+            size=self.size,
+            limit=self.limit,
+            step=step,
+        )

@@ -49,6 +49,26 @@ def fsync_fd(fd: int) -> None:
             raise
 
 
+def fsync_dir(path: str, *, unsupported_ok: bool, unopenable_ok: bool) -> None:
+    """fsync the directory ``path``, opened without following a link at its last element.
+
+    ``unsupported_ok``: a refusal of fsync itself (EINVAL, EOPNOTSUPP) passes, as :func:`fsync_fd`.
+    ``unopenable_ok``: a directory that cannot be opened is skipped (Windows opens none)."""
+    try:
+        fd = os.open(path, DIR_FLAGS)
+    except OSError:
+        if unopenable_ok:
+            return
+        raise
+    try:
+        if unsupported_ok:
+            fsync_fd(fd)
+        else:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def enter(dir_fd: int, name: str, expect: os.stat_result) -> int | str:
     """Open ``name`` in ``dir_fd`` as the directory ``expect`` (its ``lstat``) describes, never through a link.
 

@@ -13,6 +13,12 @@ LIMIT = 10**20  #: epochs and steps lie in [0, LIMIT)
 POSIX_NAME_MAX = 255
 S3_KEY_MAX = 1024
 
+#: The root's folders: the published entries, the saves (trainers write below exec/), and tombstones
+#: (beside pub/: the folders a prune is about to remove, one empty file each).
+PUB = "pub"
+EXEC = "exec"
+TOMB = "tomb"
+
 _BASE32 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
 
 

@@ -1,12 +1,14 @@
 """The conformance suite every Store passes.
 
-A store's test file subclasses ``StoreContract`` and provides two fixtures: ``store`` (a Store over a fresh,
-empty root) and ``make_file`` (``make_file(path, data=b"")`` creates a file, or an S3 object, at ``path``
-relative to that root).
+A store's test file subclasses ``StoreContract`` and provides three fixtures: ``store`` (a Store over a fresh,
+empty root), ``make_file`` (``make_file(path, data=b"")`` creates a file, or an S3 object, at ``path``
+relative to that root) and ``peer`` (``peer()`` makes another Store over that same root, as another process
+would have: its own connection, its own descriptors).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import pytest
@@ -16,6 +18,7 @@ from publish.errors import Failure
 from publish.stores.base import Store
 
 MakeFile = Callable[..., None]
+MakePeer = Callable[[], Store]
 
 
 class StoreContract:
@@ -32,6 +35,30 @@ class StoreContract:
         name = layout.name(1, 2, "exec/A/checkpoint-2")
         assert store.create_entry(name) is True
         assert store.create_entry(name) is False
+        assert store.list_entries() == [name]
+
+    def test_concurrent_creates_of_one_entry_exactly_one_wins(self, store: Store, peer: MakePeer) -> None:
+        name = layout.name(1, 1, "exec/A/checkpoint-1")
+        stores = [peer() for _ in range(8)]
+        results: list[bool] = []
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(len(stores), timeout=60)
+
+        def create(s: Store) -> None:
+            try:
+                barrier.wait()
+                results.append(s.create_entry(name))
+            except BaseException as e:  # noqa: BLE001 - reported by the test thread below
+                errors.append(e)
+
+        threads = [threading.Thread(target=create, args=(s,)) for s in stores]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+            assert not t.is_alive(), "a create_entry did not return within 120 s"
+        assert errors == []
+        assert sorted(results) == [False] * 7 + [True]
         assert store.list_entries() == [name]
 
     def test_entries_listed_in_any_number(self, store: Store) -> None:

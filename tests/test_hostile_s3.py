@@ -16,7 +16,8 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 import pytest
 
 from publish import layout
-from publish.creds.model import Credentials
+from publish.credentials import Credentials
+from publish.deadline import Deadline
 from publish.errors import StoreError
 from publish.s3client import DELETE_LIMIT, LIST_LIMIT, S3Client
 from publish.stores.s3 import S3Store
@@ -415,11 +416,10 @@ def test_an_endless_503_is_sent_again_like_any_503(hostile: Callable[[Reply], tu
 def test_an_endless_503_fails_once_out_of_attempts(hostile: Callable[[Reply], tuple[Hostile, str]]) -> None:
     srv, url = hostile(lambda h, req: h.endless(status=503))
     c = s3client(url)
-    c.set_deadline(None)  # no deadline: a bounded number of sends
     with pytest.raises(
         StoreError, match=r"HTTP 503 answer is more than 65536 bytes.*\(gave up after 8 attempts\)"
     ):
-        c.list(f"{PREFIX}/pub/")
+        c.list(f"{PREFIX}/pub/", deadline=Deadline.none())  # no deadline: a bounded number of sends
     assert len(srv.seen) == 8
 
 

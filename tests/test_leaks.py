@@ -296,7 +296,7 @@ def test_root_with_a_newline() -> None:
 
 def test_s3_key_with_a_newline_in_pub() -> None:
     """S3 keys reach messages through S3Client.where (a pure function: no server needed)."""
-    from publish.creds.model import Credentials
+    from publish.credentials import Credentials
     from publish.s3client import S3Client
 
     client: Any = S3Client(Credentials("AKIAWHERETEST000KEY", "x" * 40, endpoint="http://127.0.0.1:9"), "bkt")

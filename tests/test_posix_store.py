@@ -29,6 +29,11 @@ def make_file(root: Path) -> Callable[..., None]:
     return make
 
 
+@pytest.fixture
+def peer(root: Path) -> Callable[[], PosixStore]:
+    return lambda: PosixStore(str(root))
+
+
 class TestPosixStore(StoreContract):
     pass
 

@@ -9,21 +9,9 @@ from hypothesis import strategies as st
 from publish import layout
 from publish.errors import Failure
 from publish.verbs.prune import plan
+from tests.reference_plan import quadratic_plan
 
 common = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def quadratic_plan(entries: list[layout.Entry], keep: int) -> tuple[list[layout.Entry], list[str]]:
-    """The plan as it was before it was made O(n log n): the reference."""
-    ordered = layout.oldest_first(entries)
-    cut = max(len(ordered) - max(keep, 1), 0)
-    gone, kept = ordered[:cut], ordered[cut:]
-    folders: list[str] = []
-    for entry in gone:
-        if entry.path in folders or any(layout.related(entry.path, k.path) for k in kept):
-            continue
-        folders.append(entry.path)
-    return gone, folders
 
 
 # Elements that share prefixes and sort on either side of "/" ("-" and "." below it, "0" and "b" above), so a

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from publish.deadline import Deadline
 from publish.errors import StoreError
 from publish.s3client import GET_LIMIT, S3Client
 from tests.fault_proxy import Drop, FaultProxy, ForwardThenDrop, Respond, Stall
@@ -266,10 +267,10 @@ def test_backoff_is_jittered(weed: Weed, fault_proxy: FaultProxy) -> None:
 def test_retries_stop_when_the_time_is_out(weed: Weed, fault_proxy: FaultProxy) -> None:
     c, p = client(weed, fault_proxy.endpoint)
     fault_proxy.add(Respond(500, "InternalError", "We encountered an internal error."), kind="GET")
-    c.set_deadline(1.0)
+    deadline = Deadline(1.0)
     start = time.monotonic()
     with pytest.raises(StoreError, match=rf"^store: get s3://{c.bucket}/{p}/k: InternalError: .*out of time"):
-        c.get(f"{p}/k")
+        c.get(f"{p}/k", deadline=deadline)
     assert time.monotonic() - start < 1.2
     assert fault_proxy.count("GET") >= 3
 
@@ -294,13 +295,13 @@ def test_a_plain_put_is_not_sent_twice(weed: Weed, fault_proxy: FaultProxy) -> N
 def test_every_request_finishes_by_the_deadline(weed: Weed, fault_proxy: FaultProxy, kind: str) -> None:
     c, p = client(weed, fault_proxy.endpoint)
     fault_proxy.add(Stall(30), kind=kind)
-    c.set_deadline(0.8)
+    deadline = Deadline(0.8)
     start = time.monotonic()
     with pytest.raises(StoreError, match="timed out"):
         {
-            "LIST": lambda: c.list(f"{p}/"),
-            "GET": lambda: c.get(f"{p}/k"),
-            "PUT_IF_NONE_MATCH": lambda: c.put_if_absent(f"{p}/e"),
+            "LIST": lambda: c.list(f"{p}/", deadline=deadline),
+            "GET": lambda: c.get(f"{p}/k", deadline=deadline),
+            "PUT_IF_NONE_MATCH": lambda: c.put_if_absent(f"{p}/e", deadline=deadline),
         }[kind]()
     assert time.monotonic() - start < 1.0
 
@@ -308,10 +309,10 @@ def test_every_request_finishes_by_the_deadline(weed: Weed, fault_proxy: FaultPr
 def test_a_deadline_already_past_sends_nothing(weed: Weed, fault_proxy: FaultProxy) -> None:
     now = [100.0]
     c, p = client(weed, fault_proxy.endpoint, clock=lambda: now[0])
-    c.set_deadline(5)
+    deadline = Deadline(5, clock=lambda: now[0])
     now[0] = 105.0
     with pytest.raises(StoreError, match=r"list .*: timed out \(the time given was 5s\)"):
-        c.list(f"{p}/")
+        c.list(f"{p}/", deadline=deadline)
     assert fault_proxy.count() == 0
 
 
@@ -414,3 +415,17 @@ def test_a_truncated_listing_without_a_token_is_an_error(weed: Weed, fault_proxy
     fault_proxy.add(Respond(200, body=body), kind="LIST")
     with pytest.raises(StoreError, match="truncated listing without a token"):
         c.list(f"{p}/")
+
+
+def test_a_refusal_carries_its_fields_and_renders_them(weed: Weed, fault_proxy: FaultProxy) -> None:
+    c, p = client(weed, fault_proxy.endpoint)
+    fault_proxy.add(Respond(403, "AccessDenied", "Access Denied."), kind="GET")
+    with pytest.raises(StoreError) as caught:
+        c.get(f"{p}/k")
+    e = caught.value
+    assert (e.op, e.thing, e.code, e.status) == ("get", f"s3://{c.bucket}/{p}/k", "AccessDenied", 403)
+    assert e.detail == "AccessDenied: Access Denied."
+    assert str(e) == f"store: get s3://{c.bucket}/{p}/k: AccessDenied: Access Denied."
+    stepped = e.in_step("read")
+    assert str(stepped) == f"store: probe: read: get s3://{c.bucket}/{p}/k: AccessDenied: Access Denied."
+    assert (stepped.code, stepped.status, stepped.step) == ("AccessDenied", 403, "read")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 import pytest
 
 from publish import layout
-from publish.creds.model import Credentials
+from publish.credentials import Credentials
 from publish.errors import StoreError
 from publish.stores.s3 import PROBE_NAME, S3Store
 from tests.fault_proxy import FaultProxy, Respond
@@ -48,6 +47,10 @@ class TestS3StoreOnSeaweedFS(StoreContract):
     def make_file(self, weed: Weed, store: S3Store) -> Callable[..., None]:
         return file_maker(weed, self.bucket, self.prefix)
 
+    @pytest.fixture
+    def peer(self, weed: Weed, store: S3Store) -> Callable[[], S3Store]:
+        return lambda: make_store(weed, self.bucket, self.prefix)
+
 
 class TestS3StoreOnMoto(StoreContract):
     @pytest.fixture
@@ -59,6 +62,10 @@ class TestS3StoreOnMoto(StoreContract):
     def make_file(self, moto_s3: S3Server, store: S3Store) -> Callable[..., None]:
         return file_maker(moto_s3, self.bucket, self.prefix)
 
+    @pytest.fixture
+    def peer(self, moto_s3: S3Server, store: S3Store) -> Callable[[], S3Store]:
+        return lambda: make_store(moto_s3, self.bucket, self.prefix)
+
 
 class TestS3StoreWithoutPrefix(StoreContract):
     @pytest.fixture
@@ -69,6 +76,10 @@ class TestS3StoreWithoutPrefix(StoreContract):
     @pytest.fixture
     def make_file(self, weed: Weed, store: S3Store) -> Callable[..., None]:
         return file_maker(weed, self.bucket, "")
+
+    @pytest.fixture
+    def peer(self, weed: Weed, store: S3Store) -> Callable[[], S3Store]:
+        return lambda: make_store(weed, self.bucket, "")
 
 
 @pytest.fixture(params=["seaweedfs", "moto"])
@@ -153,24 +164,6 @@ def test_remove_folder_in_batches_of_1000(weed: Weed) -> None:
     assert store.remove_folder("exec/A/s-1").removed
     assert store.client.sent["delete-objects"] == 2
     assert keys(weed, bucket, prefix) == [f"{prefix}/exec/A/s-10/keep"]
-
-
-def test_concurrent_creates_of_one_entry_exactly_one_wins(server: S3Server, bucket: str, prefix: str) -> None:
-    name = layout.name(1, 1, "exec/A/checkpoint-1")
-    stores = [make_store(server, bucket, prefix) for _ in range(8)]
-    results: list[bool] = []
-    barrier = threading.Barrier(len(stores))
-
-    def create(s: S3Store) -> None:
-        barrier.wait()
-        results.append(s.create_entry(name))
-
-    threads = [threading.Thread(target=create, args=(s,)) for s in stores]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(results) == [False] * 7 + [True]
 
 
 # -- probe

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from publish import sigv4
-from publish.creds.model import Credentials
+from publish.credentials import Credentials
 
 _HERE = Path(__file__).resolve().parent
 _NAME = Path("sigv4") / "aws-sig-v4-test-suite.json"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from publish import layout
+from publish import snapshot_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -11,20 +11,17 @@ if TYPE_CHECKING:
     from publish.stores.base import Store
 
 KIND = "folders"
-_HEX = frozenset("0123456789abcdef")
 
 
-# Written out rather than as the library's regular expression: re would be the costliest import of a POSIX
-# resolve.  tests/test_frameworks.py checks that both rules agree.
 def snapshot_id(name: str) -> str:
     """The uuid of a snapshot directory name ``step_<12 digits>_<32 lowercase hex>``, or ``""``."""
-    if len(name) == 50 and name.startswith("step_") and name[17] == "_" and _HEX.issuperset(name[18:]):
-        return name[18:] if layout.digits(name[5:17]) else ""
-    return ""
+    parsed = snapshot_name.parse(name)
+    return parsed[1] if parsed else ""
 
 
 def step_of(name: str) -> str:
-    return name[5:17] if snapshot_id(name) else ""
+    parsed = snapshot_name.parse(name)
+    return parsed[0] if parsed else ""
 
 
 def complete(store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:

@@ -7,6 +7,8 @@ import json
 import re
 from typing import Any
 
+from publish import snapshot_name
+
 FORMAT = "pear15.cloud_checkpoint.v1"
 PAYLOAD = "checkpoint.pt"
 MANIFEST = "manifest.json"
@@ -15,8 +17,11 @@ MANIFEST_LIMIT = 16 * 1024
 READY_LIMIT = 256
 STEP_LIMIT = 10**12
 
-#: A snapshot directory's name (use ``fullmatch``): the step as 12 digits, then a uuid4 as 32 hex digits.
-SNAPSHOT_DIR = re.compile(r"step_(\d{12})_([0-9a-f]{32})")
+#: A snapshot directory's name (use ``fullmatch``): the step as 12 ASCII digits, then a uuid4 as 32 hex
+#: digits; the same rule as :func:`publish.snapshot_name.parse`, which this module checks names with.
+SNAPSHOT_DIR = re.compile(
+    rf"{snapshot_name.PREFIX}([0-9]{{{snapshot_name.STEP_DIGITS}}})_([0-9a-f]{{{snapshot_name.ID_HEX}}})"
+)
 
 FIELDS = frozenset({"bytes", "created_ns", "file", "format", "id", "sha256", "step"})
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -37,7 +42,7 @@ def valid_step(value: object) -> bool:
 
 
 def dir_name(step: int, ident: str) -> str:
-    return f"step_{step:012d}_{ident}"
+    return snapshot_name.make(step, ident)
 
 
 def manifest_bytes(step: int, ident: str, sha256: str, size: int, created_ns: int) -> bytes:
@@ -109,12 +114,12 @@ def parse_manifest(data: bytes, name: str | None = None) -> dict[str, Any]:
     if not isinstance(doc["id"], str) or not _HEX32.fullmatch(doc["id"]):
         raise SnapshotError(f"id {doc['id']!r} is not 32 lowercase hex digits")
     if name is not None:
-        m = SNAPSHOT_DIR.fullmatch(name)
-        if m is None:
+        parsed = snapshot_name.parse(name)
+        if parsed is None:
             raise SnapshotError(f"directory name {name!r} is not step_<12 digits>_<32 hex digits>")
-        if doc["step"] != int(m.group(1)):
+        if doc["step"] != int(parsed[0]):
             raise SnapshotError(f"step {doc['step']} disagrees with the directory name")
-        if doc["id"] != m.group(2):
+        if doc["id"] != parsed[1]:
             raise SnapshotError(f"id {doc['id']} disagrees with the directory name")
     return doc
 

@@ -7,6 +7,7 @@ import os
 import stat
 from typing import Callable
 
+from publish import fsops
 from publish.fileio import read_at_most
 
 from ._format import SnapshotError
@@ -139,16 +140,8 @@ def write_file(directory: str, name: str, data: bytes) -> None:
 
 def fsync_dir(path: str) -> None:
     """Make the names in a directory durable (a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        if os.name == "nt":
-            return
-        raise
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    # The library's rule: any refusal of fsync is an error; only Windows, which opens no directory, skips.
+    fsops.fsync_dir(path, unsupported_ok=False, unopenable_ok=os.name == "nt")
 
 
 def read_limited_at(dir_fd: int, name: str, limit: int) -> bytes:

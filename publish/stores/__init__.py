@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Callable
 
-    from publish.creds.model import Credentials
+    from publish.credentials import Credentials
     from publish.stores.base import Store
 
 

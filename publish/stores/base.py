@@ -14,10 +14,6 @@ if TYPE_CHECKING:
 else:
     Protocol = object
 
-PUB = "pub"
-EXEC = "exec"
-TOMB = "tomb"  #: beside pub/: the folders a prune is about to remove, one empty tombstone each
-
 
 class Removal:
     """What :meth:`Store.remove_folder` did.
@@ -66,6 +62,8 @@ class Store(Protocol):
         they exist, be real directories (not links).  S3 sends nothing."""
         ...
 
+    # -- entry operations: the only methods that know pub/ and tomb/ (publish.layout names them)
+
     def list_entries(self) -> list[str]:
         """Every name directly in pub/, in no set order, parsing none of them.
 
@@ -89,39 +87,6 @@ class Store(Protocol):
         """Remove ``pub/<name>`` for each name, durable (pub/ fsynced) before returning.  A missing one is fine."""
         ...
 
-    def holds(self, path: str) -> bool:
-        """True when something is at ``path``: on POSIX any file, folder or link; on S3 at least one object
-        under ``path/`` (or the object ``path`` itself)."""
-        ...
-
-    def list_folders(self, path: str) -> list[str]:
-        """Names of the direct child folders of ``path``; a missing ``path`` has none.
-
-        POSIX: subdirectories (a symbolic link to a directory counts, as the framework would follow it).
-        S3: the common prefixes of a LIST of ``path/`` delimited by ``/``.
-        """
-        ...
-
-    def read(self, path: str, limit: int) -> bytes | None:
-        """The bytes of the file at ``path``, or None when there is none.  A file over ``limit`` bytes is refused;
-        on POSIX so is a link, a FIFO or anything else that is not a regular file (never opened to wait)."""
-        ...
-
-    def exists(self, path: str) -> bool:
-        """True when a file (an object) is at ``path``; on POSIX anything there but a regular file is refused."""
-        ...
-
-    def remove_folder(self, path: str) -> Removal:
-        """Remove the folder at ``path`` and everything in it, never following a symbolic link.
-
-        POSIX: when any element of ``path`` (the folder itself or a parent below the root) is a symbolic link,
-        nothing is removed and the result names the first such link.  A link inside the folder is removed as a
-        link.  A ``path`` that is one file is unlinked.  The walk goes from the root's descriptor with
-        ``O_NOFOLLOW``, so an element swapped for a link while it runs is such a link too, never followed.
-        S3: every object under ``path/``, with DeleteObjects.
-        """
-        ...
-
     def list_tombs(self) -> list[str]:
         """Every name directly in tomb/, in no set order, parsing none of them; a missing tomb/ holds nothing.
 
@@ -140,6 +105,39 @@ class Store(Protocol):
         fine.  S3: one DELETE each."""
         ...
 
+    # -- generic file operations on paths relative to the root: saves and what the frameworks read
+
+    def holds(self, path: str) -> bool:
+        """True when something is at ``path``: on POSIX any file, folder or link; on S3 at least one object
+        under ``path/`` (or the object ``path`` itself)."""
+        ...
+
+    def exists(self, path: str) -> bool:
+        """True when a file (an object) is at ``path``; on POSIX anything there but a regular file is refused."""
+        ...
+
+    def size(self, path: str) -> int | None:
+        """The size of the regular file (object) at ``path``, or None when there is none."""
+        ...
+
+    def read(self, path: str, limit: int) -> bytes | None:
+        """The bytes of the file at ``path``, or None when there is none.  A file over ``limit`` bytes is refused;
+        on POSIX so is a link, a FIFO or anything else that is not a regular file (never opened to wait)."""
+        ...
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes | None:
+        """Up to ``length`` bytes of the file at ``path`` from ``offset`` (fewer at its end), or None when
+        there is no such regular file.  POSIX opens it with O_NOFOLLOW|O_NONBLOCK.  S3: a ranged GET."""
+        ...
+
+    def list_folders(self, path: str) -> list[str]:
+        """Names of the direct child folders of ``path``; a missing ``path`` has none.
+
+        POSIX: subdirectories (a symbolic link to a directory counts, as the framework would follow it).
+        S3: the common prefixes of a LIST of ``path/`` delimited by ``/``.
+        """
+        ...
+
     def list_files(self, path: str) -> list[str]:
         """Names of the regular files (objects) directly in ``path``; a missing ``path`` has none.
 
@@ -152,11 +150,13 @@ class Store(Protocol):
         refused, naming it.  S3: one LIST of ``path/`` (pages of 1,000)."""
         ...
 
-    def size(self, path: str) -> int | None:
-        """The size of the regular file (object) at ``path``, or None when there is none."""
-        ...
+    def remove_folder(self, path: str) -> Removal:
+        """Remove the folder at ``path`` and everything in it, never following a symbolic link.
 
-    def read_range(self, path: str, offset: int, length: int) -> bytes | None:
-        """Up to ``length`` bytes of the file at ``path`` from ``offset`` (fewer at its end), or None when
-        there is no such regular file.  POSIX opens it with O_NOFOLLOW|O_NONBLOCK.  S3: a ranged GET."""
+        POSIX: when any element of ``path`` (the folder itself or a parent below the root) is a symbolic link,
+        nothing is removed and the result names the first such link.  A link inside the folder is removed as a
+        link.  A ``path`` that is one file is unlinked.  The walk goes from the root's descriptor with
+        ``O_NOFOLLOW``, so an element swapped for a link while it runs is such a link too, never followed.
+        S3: every object under ``path/``, with DeleteObjects.
+        """
         ...

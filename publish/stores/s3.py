@@ -6,11 +6,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from publish.creds.model import Credentials
+from publish.credentials import Credentials
+from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import Failure, StoreError
-from publish.layout import S3_KEY_MAX
+from publish.layout import PUB, S3_KEY_MAX, TOMB
 from publish.s3client import Renew, S3Client
-from publish.stores.base import PUB, TOMB, Removal
+from publish.stores.base import Removal
 
 #: The name of the probe object, directly under PREFIX (beside pub/), followed by random hex.
 PROBE_NAME = ".publish-probe-"
@@ -44,6 +45,7 @@ class S3Store:
         self.root = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.client = S3Client(creds, bucket, proxy=proxy, env=env, renew=renew, **client_options)
         self._token = token or (lambda: os.urandom(8).hex())
+        self._deadline = UNBOUNDED
 
     # -- keys
 
@@ -57,14 +59,14 @@ class S3Store:
     # -- the Store protocol
 
     def begin(self, timeout: float | None) -> None:
-        self.client.set_deadline(timeout)
+        self._deadline = Deadline(timeout, self.client.clock)
 
     def check_root(self) -> None:
         pass
 
     def list_entries(self) -> list[str]:
         pub = self.key(PUB) + "/"
-        listing = self.client.list(pub)  # the client refuses a key outside pub/
+        listing = self.client.list(pub, deadline=self._deadline)  # the client refuses a key outside pub/
         return [k[len(pub) :] for k in listing.keys if k != pub]
 
     def create_entry(self, name: str) -> bool:
@@ -75,10 +77,10 @@ class S3Store:
                 f"the entry's key would be {size} bytes, over the {S3_KEY_MAX} an S3 key may hold: "
                 "the save's path is too long"
             )
-        return self.client.put_if_absent(key)
+        return self.client.put_if_absent(key, deadline=self._deadline)
 
     def remove_entries(self, names: list[str]) -> None:
-        self.client.delete_objects([self.key(f"{PUB}/{n}") for n in names])
+        self.client.delete_objects([self.key(f"{PUB}/{n}") for n in names], deadline=self._deadline)
 
     def holds(self, path: str) -> bool:
         key = self.key(path)
@@ -87,80 +89,86 @@ class S3Store:
         # complete listing means nothing has even the prefix.  A first key that only shares the prefix
         # (<key>-old, <key>0) settles nothing: in S3's UTF-8 order a key like <key>-old comes before <key>/x,
         # and rather than lean on every store's order the folder and the object are asked for themselves.
-        first = self.client.list(key, max_keys=1, pages=1)
+        first = self.client.list(key, max_keys=1, pages=1, deadline=self._deadline)
         if any(k == key or k.startswith(key + "/") for k in first.keys):
             return True
         if not first.keys and not first.truncated:
             return False
-        folder = self.client.list(key + "/", max_keys=1, pages=1)
+        folder = self.client.list(key + "/", max_keys=1, pages=1, deadline=self._deadline)
         if folder.keys or folder.truncated:
             return True
-        return self.client.head(key) is not None
+        return self.client.head(key, deadline=self._deadline) is not None
 
     def list_folders(self, path: str) -> list[str]:
         folder = self.key(path) + "/"
-        listing = self.client.list(folder, "/")  # the client refuses a prefix that is not one element below
+        listing = self.client.list(
+            folder, "/", deadline=self._deadline
+        )  # the client refuses a prefix that is not one element below
         return [p[len(folder) :].rstrip("/") for p in listing.prefixes]
 
     def read(self, path: str, limit: int) -> bytes | None:
-        return self.client.get(self.key(path), limit)
+        return self.client.get(self.key(path), limit, deadline=self._deadline)
 
     def exists(self, path: str) -> bool:
-        return self.client.head(self.key(path)) is not None
+        return self.client.head(self.key(path), deadline=self._deadline) is not None
 
     def remove_folder(self, path: str) -> Removal:
         key = self.key(path)
-        keys = self.client.list(key + "/").keys
-        if not keys and self.client.head(key) is not None:
+        keys = self.client.list(key + "/", deadline=self._deadline).keys
+        if not keys and self.client.head(key, deadline=self._deadline) is not None:
             keys = [key]  # a save that is one object (a Lightning .ckpt)
-        self.client.delete_objects(keys)  # 1,000 keys a request
+        self.client.delete_objects(keys, deadline=self._deadline)  # 1,000 keys a request
         return Removal(removed=bool(keys))
 
     # -- tombstones
 
     def list_tombs(self) -> list[str]:
         tomb = self.key(TOMB) + "/"
-        listing = self.client.list(tomb)
+        listing = self.client.list(tomb, deadline=self._deadline)
         return [k[len(tomb) :] for k in listing.keys if k.startswith(tomb) and k != tomb]
 
     def create_tombs(self, names: list[str]) -> None:
         for name in names:
-            self.client.put_if_absent(self.key(f"{TOMB}/{name}"))  # False: already there, which is fine
+            self.client.put_if_absent(
+                self.key(f"{TOMB}/{name}"), deadline=self._deadline
+            )  # False: already there, which is fine
 
     def remove_tombs(self, names: list[str]) -> None:
         for name in names:
-            self.client.delete(self.key(f"{TOMB}/{name}"))
+            self.client.delete(self.key(f"{TOMB}/{name}"), deadline=self._deadline)
 
     # -- what the frameworks read of a save
 
     def list_files(self, path: str) -> list[str]:
         folder = self.key(path) + "/"
-        listing = self.client.list(folder, "/")
+        listing = self.client.list(folder, "/", deadline=self._deadline)
         return [k[len(folder) :] for k in listing.keys if k != folder]
 
     def sizes(self, path: str) -> dict[str, int]:
         folder = self.key(path) + "/"
-        listing = self.client.list(folder)
+        listing = self.client.list(folder, deadline=self._deadline)
         found = {}
         for k, size in zip(listing.keys, listing.sizes):
             if k == folder:
                 continue
             if size < 0:
-                raise StoreError(f"list {self.location(path)}/: the store listed {k} without its Size")
+                raise StoreError(
+                    f"the store listed {k} without its Size", op="list", thing=f"{self.location(path)}/"
+                )
             found[k[len(folder) :]] = size
         return found
 
     def size(self, path: str) -> int | None:
-        headers = self.client.head(self.key(path))
+        headers = self.client.head(self.key(path), deadline=self._deadline)
         if headers is None:
             return None
         length = headers.get("content-length", "")
         if not (length.isascii() and length.isdigit()):
-            raise StoreError(f"head {self.location(path)}: the store sent no Content-Length")
+            raise StoreError("the store sent no Content-Length", op="head", thing=self.location(path))
         return int(length)
 
     def read_range(self, path: str, offset: int, length: int) -> bytes | None:
-        return self.client.get_range(self.key(path), offset, length)
+        return self.client.get_range(self.key(path), offset, length, deadline=self._deadline)
 
     # -- probe
 
@@ -171,26 +179,26 @@ class S3Store:
         token = self._token()
         key = self.key(PROBE_NAME + token)
         body = f"publish probe {token}\n".encode("ascii")
+        where = self.location(PROBE_NAME + token)
         with _step("write"):
-            self.client.put(key, body)
+            self.client.put(key, body, deadline=self._deadline)
         with _step("read"):
-            got = self.client.get(key, len(body))
+            got = self.client.get(key, len(body), deadline=self._deadline)
             if got is None:
-                raise StoreError(f"{self.location(PROBE_NAME + token)} is not there after it was written")
+                raise StoreError(f"{where} is not there after it was written")
             if got != body:
-                raise StoreError(
-                    f"{self.location(PROBE_NAME + token)} reads back other bytes than were written"
-                )
+                raise StoreError(f"{where} reads back other bytes than were written")
         with _step("conditional write"):
-            if self.client.put_if_absent(key, body):
+            if self.client.put_if_absent(key, body, deadline=self._deadline):
                 raise StoreError(
-                    f"{self.location(PROBE_NAME + token)}: the store accepted a second If-None-Match: * write "
-                    "of the same key: it does not honour conditional writes"
+                    "the store accepted a second If-None-Match: * write of the same key: it does not honour "
+                    "conditional writes",
+                    thing=where,
                 )
         with _step("list"):
             self.list_entries()
         with _step("delete"):
-            self.client.delete(key)
+            self.client.delete(key, deadline=self._deadline)
 
 
 class _step:
@@ -204,6 +212,4 @@ class _step:
 
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, StoreError):
-            text = str(exc)
-            text = text[len("store: ") :] if text.startswith("store: ") else text
-            raise StoreError(f"probe: {self.name}: {text}", code=exc.code, status=exc.status) from None
+            raise exc.in_step(self.name) from None

@@ -9,7 +9,8 @@ would have left.
 from __future__ import annotations
 
 from publish import layout
-from publish.stores.base import PUB, TOMB, Store
+from publish.layout import PUB, TOMB
+from publish.stores.base import Store
 from publish.verbs import Say, common
 
 

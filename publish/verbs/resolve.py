@@ -5,9 +5,10 @@ from __future__ import annotations
 from publish import layout
 from publish.errors import Failure, UsageError
 from publish.frameworks import FRAMEWORKS
+from publish.layout import EXEC, PUB
 from publish.redact import shown
 from publish.roots import S3Root
-from publish.stores.base import EXEC, PUB, Store
+from publish.stores.base import Store
 from publish.verbs import Say, common
 
 TYPE_CHECKING = False

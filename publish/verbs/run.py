@@ -16,7 +16,8 @@ import time
 from publish.errors import Failure, PublishError, UsageError
 from publish.frameworks import Framework
 from publish.gocompat import parse_decimal
-from publish.stores.base import EXEC, Store
+from publish.layout import EXEC
+from publish.stores.base import Store
 from publish.verbs import Say, common
 from publish.verbs.resolve import resolve
 from publish.verbs.watch import SignalStop, Watcher, _bounded

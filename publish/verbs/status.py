@@ -9,7 +9,8 @@ from __future__ import annotations
 from publish import layout
 from publish.errors import Failure, StoreError
 from publish.frameworks import FRAMEWORKS
-from publish.stores.base import EXEC, PUB, TOMB, Store
+from publish.layout import EXEC, PUB, TOMB
+from publish.stores.base import Store
 from publish.verbs import Say, common
 from publish.verbs.prune import Schedule, would_remove
 

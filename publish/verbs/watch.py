@@ -9,7 +9,8 @@ import threading
 from publish import roots
 from publish.errors import Failure, UsageError
 from publish.frameworks import Framework
-from publish.stores.base import EXEC, Store
+from publish.layout import EXEC
+from publish.stores.base import Store
 from publish.verbs import Say, common
 from publish.verbs.publish import publish_entry
 

@@ -1,0 +1,154 @@
+"""The XML of S3 answers: ListObjectsV2 pages, error documents, DeleteObjects requests and results.
+
+Pure functions over bytes (no I/O).  A malformed answer is a :class:`StoreError` naming the request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import unquote_plus
+from xml.etree import ElementTree
+from xml.sax.saxutils import escape
+
+from publish import redact
+from publish.errors import StoreError
+
+
+@dataclass
+class Listing:
+    """What a LIST returned: keys and common prefixes, decoded, in the server's order."""
+
+    keys: list[str] = field(default_factory=list)
+    prefixes: list[str] = field(default_factory=list)
+    #: The size of each key, in the order of ``keys`` (-1 where the store sent none).
+    sizes: list[int] = field(default_factory=list)
+    #: True when the store had more to list than the pages asked for.
+    truncated: bool = False
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def _children(elem: ElementTree.Element, name: str) -> list[ElementTree.Element]:
+    return [c for c in elem if _local(c.tag) == name]
+
+
+def _text(elem: ElementTree.Element, name: str) -> str:
+    for c in elem:
+        if _local(c.tag) == name:
+            return c.text or ""
+    return ""
+
+
+def _parse_xml(body: bytes) -> ElementTree.Element | None:
+    try:
+        return ElementTree.fromstring(body)
+    except (ElementTree.ParseError, ValueError, LookupError):  # LookupError: an unknown declared encoding
+        return None
+
+
+def listing(thing: str, body: bytes) -> tuple[list[str], list[str], list[int], bool, str]:
+    """(keys, common prefixes, sizes of the keys, truncated, next token) of one ListObjectsV2 page, decoded;
+    ``thing`` is the prefix's URL, which a fault names."""
+    root = _parse_xml(body)
+    if root is None or _local(root.tag) != "ListBucketResult":
+        raise StoreError("the store sent an answer that is not a listing", op="list", thing=thing)
+    truncated = _text(root, "IsTruncated").lower()
+    if truncated not in ("true", "false"):
+        raise StoreError("the store sent a listing without IsTruncated true or false", op="list", thing=thing)
+    encoded = _text(root, "EncodingType").lower() == "url"
+
+    def dec(s: str) -> str:
+        if not encoded or ("%" not in s and "+" not in s):
+            return s
+        try:
+            return unquote_plus(s, errors="strict")
+        except UnicodeDecodeError:
+            raise StoreError(
+                f"the store listed a key that is not UTF-8: {s}", op="list", thing=thing
+            ) from None
+
+    def each(parent: str, child: str) -> list[str]:
+        found = []
+        for elem in _children(root, parent):
+            value = _text(elem, child)
+            if not value:
+                raise StoreError(
+                    f"the store sent a listing with a {parent} that has no {child}", op="list", thing=thing
+                )
+            found.append(dec(value))
+        return found
+
+    def size(elem: ElementTree.Element) -> int:
+        text = _text(elem, "Size")
+        return int(text) if text.isascii() and text.isdigit() and len(text) < 20 else -1
+
+    return (
+        each("Contents", "Key"),
+        each("CommonPrefixes", "Prefix"),
+        [size(elem) for elem in _children(root, "Contents")],
+        truncated == "true",
+        _text(root, "NextContinuationToken"),
+    )
+
+
+def check_page(thing: str, prefix: str, delimiter: str, keys: list[str], prefixes: list[str]) -> None:
+    """Refuse a LIST page with a key outside ``prefix``, or a common prefix not one element below it."""
+    for k in keys:
+        if not k.startswith(prefix):
+            raise StoreError(f"the store returned {k}, outside the prefix", op="list", thing=thing)
+    for p in prefixes:
+        if not p.startswith(prefix):
+            raise StoreError(f"the store returned {p}, outside the prefix", op="list", thing=thing)
+        rest = p[len(prefix) :]
+        if not delimiter or not rest.endswith(delimiter) or delimiter in rest[: -len(delimiter)]:
+            raise StoreError(
+                f"the store returned the common prefix {p}, not one element below the prefix",
+                op="list",
+                thing=thing,
+            )
+
+
+def error_of(status: int, headers: Mapping[str, str], body: bytes) -> tuple[str, str]:
+    """(code, message) from an S3 error document, else from the headers or the status; both scrubbed of
+    credential values (a store or proxy may echo the request's headers)."""
+    code, message = _unscrubbed_error_of(status, headers, body)
+    return redact.shown(redact.scrub(code)), redact.shown(redact.scrub(message))
+
+
+def _unscrubbed_error_of(status: int, headers: Mapping[str, str], body: bytes) -> tuple[str, str]:
+    root = _parse_xml(body) if body else None
+    if root is not None and _local(root.tag) == "Error":
+        return _text(root, "Code"), _text(root, "Message")
+    code = headers.get("x-amz-error-code", "")
+    message = headers.get("x-amz-error-message", "")
+    if not code:
+        code = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 409: "Conflict"}.get(
+            status, str(status)
+        )
+    return code, message
+
+
+def delete_request(keys: Sequence[str]) -> bytes:
+    """The body of a Quiet DeleteObjects request for ``keys``."""
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<Delete xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Quiet>true</Quiet>'
+        + "".join(f"<Object><Key>{escape(k)}</Key></Object>" for k in keys)
+        + "</Delete>"
+    ).encode("utf-8")
+
+
+def delete_errors(body: bytes) -> list[tuple[str, str, str]] | None:
+    """(key, code, message scrubbed) of each per-key error in a DeleteObjects result, NoSuchKey left out;
+    None when ``body`` is not a result."""
+    root = _parse_xml(body)
+    if root is None or _local(root.tag) != "DeleteResult":
+        return None
+    return [
+        (_text(err, "Key"), code, redact.shown(redact.scrub(_text(err, "Message"))))
+        for err in _children(root, "Error")
+        if (code := _text(err, "Code")) != "NoSuchKey"
+    ]

@@ -1,0 +1,176 @@
+"""The generic file operations of the POSIX store: what resolve, status and the frameworks read of a save."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from publish import fsops
+from publish.errors import Failure
+from publish.fileio import read_at_most
+from publish.stores.posix_root import _MARKER_FLAGS, RANGE_LIMIT, PosixRoot, kind, why
+
+
+class PosixFiles(PosixRoot):
+    """Files and folders below the root: never a FIFO waited on, never a link followed where it matters."""
+
+    def holds(self, path: str) -> bool:
+        return self._lstat(path) is not None
+
+    def list_folders(self, path: str) -> list[str]:
+        full = self._full(path)
+        root_fd = self._open_root()
+        try:
+            fd = self._open_dir(root_fd, path)
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            raise Failure(f"{full} is not a directory") from None
+        except OSError as e:
+            raise Failure(f"{full}: {why(e)}") from None
+        finally:
+            os.close(root_fd)
+        try:
+            with os.scandir(fd) as it:
+                return [e.name for e in it if e.is_dir()]
+        except OSError as e:
+            raise Failure(f"{full}: {why(e)}") from None
+        finally:
+            os.close(fd)
+
+    def read(self, path: str, limit: int) -> bytes | None:
+        """The regular file at ``path``; a link, a FIFO or anything else there is refused (never opened
+        in a way that could wait)."""
+        full = self._full(path)
+        parent, _, name = path.rpartition("/")
+        root_fd = self._open_root()
+        try:
+            dir_fd = self._open_dir(root_fd, parent) if parent else os.dup(root_fd)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            raise Failure(f"{full}: {why(e)}") from None
+        finally:
+            os.close(root_fd)
+        try:
+            st = fsops.lstat_at(dir_fd, name)
+            if st is None:
+                return None
+            self._marker(path, st)
+            fd = os.open(name, _MARKER_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # swapped for a link after the lstat
+                raise Failure(f"{full} is a symbolic link, not a regular file") from None
+            raise Failure(f"{full}: {why(e)}") from None
+        finally:
+            os.close(dir_fd)
+        try:
+            self._marker(path, os.fstat(fd))
+            data = read_at_most(fd, limit)
+            if data is None:
+                raise Failure(f"{full} is over {limit} bytes")
+            return data
+        except OSError as e:
+            raise Failure(f"{full}: {why(e)}") from None
+        finally:
+            os.close(fd)
+
+    def exists(self, path: str) -> bool:
+        """True when a regular file is at ``path``; a link, a FIFO or anything else there is refused."""
+        st = self._lstat(path)
+        if st is None:
+            return False
+        self._marker(path, st)
+        return True
+
+    def list_files(self, path: str) -> list[str]:
+        fd = self._dir(path)
+        if fd is None:
+            return []
+        try:
+            with os.scandir(fd) as it:
+                return [e.name for e in it if e.is_file(follow_symlinks=False)]
+        except OSError as e:
+            raise Failure(f"{self._full(path)}: {why(e)}") from None
+        finally:
+            os.close(fd)
+
+    def sizes(self, path: str) -> dict[str, int]:
+        top = self._dir(path)
+        if top is None:
+            return {}
+        found: dict[str, int] = {}
+        pending = [""]
+        try:
+            while pending:  # a loop, not recursion, and one descriptor at a time: a deep tree is fine
+                below = pending.pop()
+                try:
+                    fd = os.open(below, fsops.DIR_FLAGS, dir_fd=top) if below else os.dup(top)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # gone while we looked: not part of the save
+                except OSError as e:
+                    if e.errno == errno.ELOOP:
+                        continue  # swapped for a link while we looked: never followed
+                    raise
+                try:
+                    with os.scandir(fd) as it:
+                        for entry in it:
+                            name = f"{below}/{entry.name}" if below else entry.name
+                            if entry.is_dir(follow_symlinks=False):
+                                pending.append(name)
+                                continue
+                            st = entry.stat(follow_symlinks=False)
+                            if not stat.S_ISREG(st.st_mode):  # a FIFO, a link: never read, never followed
+                                where = self._full(f"{path}/{name}")
+                                raise Failure(f"{where} is {kind(st.st_mode)}, not a regular file")
+                            found[name] = st.st_size
+                finally:
+                    os.close(fd)
+        except OSError as e:
+            raise Failure(f"{self._full(path)}: {why(e)}") from None
+        finally:
+            os.close(top)
+        return found
+
+    def size(self, path: str) -> int | None:
+        st = self._lstat(path)
+        return st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes | None:
+        full = self._full(path)
+        if length > RANGE_LIMIT:
+            raise Failure(f"{full}: a read of {length} bytes, over the {RANGE_LIMIT} one read may take")
+        parent, _, name = path.rpartition("/")
+        dir_fd = self._dir(parent)
+        if dir_fd is None:
+            return None
+        try:
+            fd = os.open(
+                name, _MARKER_FLAGS, dir_fd=dir_fd
+            )  # a link or a FIFO is never followed or waited on
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return None
+            raise Failure(f"{full}: {why(e)}") from None
+        finally:
+            os.close(dir_fd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            chunks, got = [], 0
+            while got < length:
+                chunk = os.pread(fd, min(length - got, 1 << 20), offset + got)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+            return b"".join(chunks)
+        except OSError as e:
+            raise Failure(f"{full}: {why(e)}") from None
+        finally:
+            os.close(fd)
