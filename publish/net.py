@@ -1,7 +1,7 @@
 """Connections to one HTTP(S) server: direct or through one explicit proxy, verified TLS, a deadline.
 
 Environment proxies are never consulted (http.client does not read them; urllib is not used).  TLS trust is
-the cafile given, else the system trust found from the ``env`` mapping as addendum 7 says.  Every socket
+the cafile given, else the system trust found from the ``env`` mapping as Go's crypto/x509 finds it.  Every socket
 operation gets the time left before the request's deadline.
 """
 
@@ -86,7 +86,7 @@ class Connector:
     """Connections to one server (scheme, host, port), direct or through one explicit proxy.
 
     Environment proxies are never consulted.  https is always verified; the trust is ``cafile`` if given,
-    else the system trust found from ``env`` (addendum 7).  An https proxy is verified against the system
+    else the system trust found from ``env`` (publish.trust).  An https proxy is verified against the system
     trust.  One connection is kept and reused; not thread-safe (one Connector per thread)."""
 
     def __init__(

@@ -1,4 +1,4 @@
-"""What a message may show (addendum 13): no URL password, no credential value, no raw control character.
+"""What a message may show: no URL password, no credential value, no raw control character.
 
 - ``url(text)``: the password (or a lone token) of a URL's userinfo replaced, however malformed the URL.
 - ``register(value)`` when a credential value is read; ``scrub(text)`` then replaces every fragment of 8 or

@@ -1,4 +1,4 @@
-"""``-checkpoint`` (and SAVE arguments) → a POSIX root or an S3 root, with every refusal the spec lists."""
+"""``-checkpoint`` (and SAVE arguments) → a POSIX root or an S3 root, with every refusal the README lists."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def _bucket_problem(bucket: str) -> str:
 
 
 def parse_s3(text: str, what: str) -> S3Root:
-    """Parse ``s3://BUCKET[/PREFIX]`` (addendum 8); Failure naming ``what`` and the fault."""
+    """Parse ``s3://BUCKET[/PREFIX]``; Failure naming ``what`` and the fault."""
     rest = text[len("s3://") :]
     for ch, fault in (("?", "a query"), ("#", "a fragment")):
         if ch in rest:

@@ -1,4 +1,4 @@
-"""CA trust for https: a CA file, or the system trust found as addendum 7 says (SSL_CERT_FILE, ...)."""
+"""CA trust for https: a CA file, or the system trust found as Go's crypto/x509 finds it on Linux (SSL_CERT_FILE, ...)."""
 
 from __future__ import annotations
 

@@ -118,7 +118,7 @@ def netloc(scheme: str, host: str, port: int) -> str:
 
 
 def parse_proxy(url: str) -> str:
-    """Validate a proxy URL (addendum 6): http:// or https://, a host, an optional port, nothing else (one
+    """Validate a proxy URL: http:// or https://, a host, an optional port, nothing else (one
     trailing '/' is allowed).  Returns ``scheme://host:port`` (lower case, port explicit); ValueError
     naming what is wrong, never echoing the URL."""
     scheme, host, port = _split_url(url, "proxy")

@@ -458,7 +458,7 @@ def test_64_concurrent_cold_starts(binary: Path, tmp_path: Path) -> None:
     assert wait_gone(leftovers(*system) - before) == set()
 
 
-# --- TLS trust (addendum 7) ---------------------------------------------------------------------------------
+# --- TLS trust, as Go finds it ---------------------------------------------------------------------------------
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The -creds list, the field rules, and the secret: and file: sources (addendum 4)."""
+"""The -creds list, the field rules, and the secret: and file: sources."""
 
 from __future__ import annotations
 

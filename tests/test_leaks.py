@@ -1,4 +1,4 @@
-"""Nothing a message shows leaks a credential, a URL password, or a line break (addendum 13).
+"""Nothing a message shows leaks a credential, a URL password, or a line break.
 
 The servers here are loopback stubs that misbehave the way a debugging proxy or a chatty store does: every
 error echoes the request (headers and body), which no real server does.  The Vault source behind the S3 one

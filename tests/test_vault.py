@@ -1,4 +1,4 @@
-"""vault: sources (addendum 5): location parsing, the VAULT_* rules, and logins against a real OpenBao."""
+"""vault: sources: location parsing, the VAULT_* rules, and logins against a real OpenBao."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What follows ``vault:``: a Vault or OpenBao URL whose path is the secret and whose query says how to log
-in (addendum 5).  A pure rule: parsing only, no I/O.
+in (docs/vault.md).  A pure rule: parsing only, no I/O.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ KINDS = ("secret", "file", "vault")
 
 
 def parse_sources(spec: str) -> list[Source]:
-    """Parse a ``-creds`` list (addendum 4); CredentialsError for anything that does not parse."""
+    """Parse a ``-creds`` list (README: S3 roots); CredentialsError for anything that does not parse."""
     if spec == "":
         raise CredentialsError("the -creds list is empty")
     sources: list[Source] = []

@@ -1,4 +1,4 @@
-"""``vault:`` sources: log in to Vault or OpenBao, read a KV secret, revoke the token (addendum 5).
+"""``vault:`` sources: log in to Vault or OpenBao, read a KV secret, revoke the token (docs/vault.md).
 
 The client is configured from the location alone.  No ``VAULT_*`` variable is used, and no token is sent
 that this module did not get from its own login; but a malformed value in one of the variables the
