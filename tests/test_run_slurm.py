@@ -60,7 +60,7 @@ def test_a_job_that_runs_to_its_end(job: RunRecipe) -> None:
 
 @pytest.mark.parametrize("srun", [False, True], ids=["plain", "srun"])
 def test_scontrol_requeue(job: RunRecipe, srun: bool) -> None:
-    """A job-wide SIGTERM: the save made on it is published, even when srun returns before its task saved."""
+    """A job-wide SIGTERM: the save made on it is published; publish run does not signal the job again."""
     j = job.submit(srun=srun)
     job.slurm.running(j)
     job.wait_saved(j, f"{j}.0", 4)
