@@ -416,17 +416,27 @@ def end(run: Run, job: str) -> dict[str, str]:
     return run.slurm.ended(job)
 
 
+_RUNNING: list[Slurm] = []  # the session's one cluster, whichever module's fixture started it
+
+
 @pytest.fixture(scope="session")
 def slurm() -> Iterator[Slurm]:
+    """Each test module that imports this fixture gets a session fixture of its own: the first one started
+    starts the cluster and stops it at the session's end (its teardown comes last), the others share it."""
+    if _RUNNING:
+        yield _RUNNING[0]
+        return
     need(os.geteuid() == 0, "the Slurm tests start munged and Slurm's daemons, which needs root")
     need(installed(), "Slurm (slurm-wlm) and munge: run tests/slurm_setup.sh as root")
     base = Path(tempfile.mkdtemp(prefix="publish-slurm-"))
     base.chmod(0o755)  # munged, as the munge user, must reach its folder
     cluster = Slurm(base)
     cluster.start()
+    _RUNNING.append(cluster)
     try:
         yield cluster
     finally:
+        _RUNNING.clear()
         cluster.stop()
         shutil.rmtree(base, ignore_errors=True)
 
