@@ -366,6 +366,7 @@ class Batch(run_verb.Batch):
     [
         ("RUNNING", False, 143, ["state", "state", "requeue"]),  # the warning signal: passed on, requeued
         ("RUNNING", True, 143, ["state", "state", "requeue"]),
+        ("SIGNALING", False, 143, ["state", "state", "requeue"]),  # the warning, while Slurm sends it
         ("COMPLETING", False, 7, ["state", "state"]),  # scancel, requeue: not sent again, not requeued
     ],
 )
@@ -399,7 +400,7 @@ def test_on_slurm_a_signal_is_passed_on_and_the_job_requeued_only_while_it_runs(
     assert code == status, err  # a failed requeue is said; COMMAND's status is non-zero already
     if refuse:
         assert "run: requeue failed: scontrol requeue 5: exit 1: refused" in err
-    elif state == "RUNNING":
+    elif state != "COMPLETING":
         assert err[-1] == "run: asked Slurm to requeue job 5"
     else:
         assert "run: job 5 is COMPLETING: not requeued" in err
