@@ -17,7 +17,11 @@ if [ "${1##*/}" = srun ]; then
     # srun forwards most signals to its tasks, but answers SIGTERM by killing them with SIGKILL (it logs
     # "forcing job termination"), and the trainer could not save: signal the job's steps instead (without
     # -b or -f, scancel leaves out the batch step: this shell, watch, srun itself); their tasks get SIGTERM.
-    forward='scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null'
+    # Only while the job runs (SIGNALING: the --signal warning under way): after scancel or requeue Slurm
+    # has signalled the tasks itself, and scancel would retry ("Job can not be altered now") until KillWait
+    # killed this shell before its last scan.
+    forward='case $(squeue -h -j "$SLURM_JOB_ID" -o %T 2>/dev/null) in RUNNING | SIGNALING)
+        timeout 10 scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null ;; esac'
 else
     forward='kill -TERM "$trainer" 2>/dev/null'
 fi

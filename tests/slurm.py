@@ -10,6 +10,10 @@ Fixtures (session-scoped, started only by a test that asks for them):
   source (``python3 -m publish`` with PYTHONPATH set), or the binary ``PUBLISH_BIN`` names. Its ``watch``
   and ``run`` scan every 200ms unless the caller's own ``-interval`` says otherwise.
 
+:class:`Run` submits a recipe's job script with the small trainer (examples/tiny_trainer.py), reads what its
+jobs printed and checks the root; :func:`end` cancels a job and waits for its end. tests/test_slurm.py (the
+manual recipe) and tests/test_run_slurm.py (``publish run``) share them.
+
 Helpers: :meth:`Slurm.sbatch` submits and returns the job id; :meth:`Slurm.job` is ``scontrol show job`` as a
 dict; :meth:`Slurm.wait` polls it until a condition holds, with a deadline; :meth:`Slurm.running` waits for a
 dispatch to run, :meth:`Slurm.requeued` for a requeued job to run again (without Slurm's two-minute hold),
@@ -22,6 +26,7 @@ too when the daemons are missing. Where they cannot be installed the tests skip,
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -30,11 +35,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, base_env, command, need
+from publish import layout
+from tests.conftest import REPO, base_env, command, need, run_cli
 from tests.ports import free_port
 
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue", "srun", "setpriv")
@@ -299,17 +306,131 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         )
 
 
+TRAINER = [sys.executable, str(REPO / "examples" / "tiny_trainer.py")]
+PUBLISHED = re.compile(r"^published (\S+) \(epoch (\d+), step (\d+), (.+)\)$")
+
+
+@dataclass
+class Published:
+    entry: str
+    epoch: int
+    step: int
+    save: str
+
+
+class Run:
+    """Jobs of one recipe (a job script) on one checkpoint root: submit them, signal them, read their logs."""
+
+    def __init__(self, cluster: Slurm, bin_dir: Path, tmp: Path, script: Path) -> None:
+        self.slurm = cluster
+        self.script = script
+        self.root = tmp / "ckpt"
+        self.root.mkdir()
+        self.logs = tmp / "logs"
+        self.logs.mkdir()
+        self.env = {
+            "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "CHECKPOINT": str(self.root),
+        }
+
+    def submit(self, *options: str, steps: int = 400, srun: bool = False) -> str:
+        trainer = [*(["srun", "--ntasks=1"] if srun else []), *TRAINER, "--steps", str(steps)]
+        array = any(o.startswith("--array") for o in options)
+        return self.slurm.sbatch(
+            f"--output={self.logs}/{'%A_%a' if array else '%j'}.out",
+            f"--chdir={self.root}",
+            "--ntasks=1",
+            *options,
+            str(self.script),
+            *trainer,
+            env=self.env,
+        )
+
+    def log(self, job: str) -> str:
+        path = self.logs / f"{job}.out"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def published(self, job: str) -> list[Published]:
+        found = []
+        for line in self.log(job).splitlines():
+            m = PUBLISHED.match(line)
+            if m:
+                found.append(Published(m[1], int(m[2]), int(m[3]), m[4]))
+        return found
+
+    def wait_saved(self, job: str, attempt: str, step: int, timeout: float = 60) -> None:
+        """Until watch has published the attempt's checkpoint-<step> (training is well under way)."""
+        want = f"{self.root}/exec/{attempt}/checkpoint-{step}"
+        self.slurm.wait_for(
+            lambda: any(p.save == want for p in self.published(job)) or self.slurm.check_daemons(),
+            timeout,
+            f"{want} to be published; log:\n{self.log(job)}",
+        )
+
+    def wait_log(self, job: str, text: str, timeout: float = 60) -> None:
+        self.slurm.wait_for(lambda: text in self.log(job), timeout, f"{text!r} in the log of {job}")
+
+    def stopped_at(self, job: str, attempt: str) -> str:
+        """The save the trainer of ``attempt`` made on SIGTERM."""
+        m = re.findall(r"^trainer: stopped by SIGTERM at step (\d+)$", self.log(job), re.M)
+        assert m, f"the trainer did not save on SIGTERM:\n{self.log(job)}"
+        return f"{self.root}/exec/{attempt}/checkpoint-{m[0]}"
+
+    def check_root(self) -> None:
+        """Every entry left names a whole save; resolve answers the greatest (epoch, step)."""
+        names = sorted(os.listdir(self.root / "pub"))
+        assert names, "nothing published"
+        entries = [layout.parse(n) for n in names]
+        for e in entries:
+            state = json.loads((self.root / e.path / "trainer_state.json").read_text())
+            assert state["global_step"] == e.step, e
+        assert len(entries) <= 3  # pruned
+        latest = max(entries, key=lambda e: (e.epoch, e.step))
+        assert run_cli("resolve", "-checkpoint", str(self.root)).out == f"{self.root}/{latest.path}\n"
+
+    def check_whole(self, job: str) -> None:
+        """Nothing half-written was ever published: each save the log names is whole, or pruned since."""
+        for p in self.published(job):
+            state = Path(p.save) / "trainer_state.json"
+            if state.exists():
+                assert json.loads(state.read_text())["global_step"] == p.step, p
+
+    def check_resumed(self, job: str, attempt: str, saved: str) -> None:
+        """The dispatch ``attempt`` resumed from ``saved``, and publishes with a greater epoch than it."""
+        self.wait_log(job, f"trainer: resuming from {saved} at step")
+        self.wait_saved(job, attempt, (int(saved.rsplit("-", 1)[1]) // 2 + 1) * 2)  # its next save
+        old = {p.epoch for p in self.published(job) if f"/exec/{attempt}/" not in p.save}
+        new = {p.epoch for p in self.published(job) if f"/exec/{attempt}/" in p.save}
+        assert len(new) == 1 and min(new) > max(old), (old, new)
+
+
+def end(run: Run, job: str) -> dict[str, str]:
+    """Cancel the job and wait until it has ended."""
+    run.slurm.run("scancel", job, check=False)
+    return run.slurm.ended(job)
+
+
+_RUNNING: list[Slurm] = []  # the session's one cluster, whichever module's fixture started it
+
+
 @pytest.fixture(scope="session")
 def slurm() -> Iterator[Slurm]:
+    """Each test module that imports this fixture gets a session fixture of its own: the first one started
+    starts the cluster and stops it at the session's end (its teardown comes last), the others share it."""
+    if _RUNNING:
+        yield _RUNNING[0]
+        return
     need(os.geteuid() == 0, "the Slurm tests start munged and Slurm's daemons, which needs root")
     need(installed(), "Slurm (slurm-wlm) and munge: run tests/slurm_setup.sh as root")
     base = Path(tempfile.mkdtemp(prefix="publish-slurm-"))
     base.chmod(0o755)  # munged, as the munge user, must reach its folder
     cluster = Slurm(base)
     cluster.start()
+    _RUNNING.append(cluster)
     try:
         yield cluster
     finally:
+        _RUNNING.clear()
         cluster.stop()
         shutil.rmtree(base, ignore_errors=True)
 

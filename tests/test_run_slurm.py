@@ -12,34 +12,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.slurm import Slurm, slurm, slurm_publish  # noqa: F401 (fixtures)
-from tests.test_slurm import TRAINER, Run, end
+from tests.slurm import Run, Slurm, end, slurm, slurm_publish  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slurm
 
 SCRIPT = REPO / "examples" / "slurm_run.sh"
 
 
-class RunRecipe(Run):
-    """The same job and checks as the manual recipe's, submitted through ``publish run``."""
-
-    def submit(self, *options: str, steps: int = 400, srun: bool = False) -> str:
-        trainer = [*(["srun", "--ntasks=1"] if srun else []), *TRAINER, "--steps", str(steps)]
-        array = any(o.startswith("--array") for o in options)
-        return self.slurm.sbatch(
-            f"--output={self.logs}/{'%A_%a' if array else '%j'}.out",
-            f"--chdir={self.root}",
-            "--ntasks=1",
-            *options,
-            str(SCRIPT),
-            *trainer,
-            env=self.env,
-        )
-
-
 @pytest.fixture
-def job(slurm: Slurm, slurm_publish: Path, tmp_path: Path) -> RunRecipe:  # noqa: F811
-    return RunRecipe(slurm, slurm_publish, tmp_path)
+def job(slurm: Slurm, slurm_publish: Path, tmp_path: Path) -> Run:  # noqa: F811
+    """The same job and checks as the manual recipe's (tests/test_slurm.py), submitted through publish run."""
+    return Run(slurm, slurm_publish, tmp_path, SCRIPT)
 
 
 def test_readme_recipe_is_the_example_script() -> None:
@@ -48,7 +31,7 @@ def test_readme_recipe_is_the_example_script() -> None:
     assert block == SCRIPT.read_text()
 
 
-def test_a_job_that_runs_to_its_end(job: RunRecipe) -> None:
+def test_a_job_that_runs_to_its_end(job: Run) -> None:
     j = job.submit(steps=6)
     record = job.slurm.ended(j, timeout=90)
     assert (record["JobState"], record["ExitCode"]) == ("COMPLETED", "0:0"), job.log(j)
@@ -59,8 +42,8 @@ def test_a_job_that_runs_to_its_end(job: RunRecipe) -> None:
 
 
 @pytest.mark.parametrize("srun", [False, True], ids=["plain", "srun"])
-def test_scontrol_requeue(job: RunRecipe, srun: bool) -> None:
-    """A job-wide SIGTERM: the save made on it is published, even when srun returns before its task saved."""
+def test_scontrol_requeue(job: Run, srun: bool) -> None:
+    """A job-wide SIGTERM: the save made on it is published; publish run does not signal the job again."""
     j = job.submit(srun=srun)
     job.slurm.running(j)
     job.wait_saved(j, f"{j}.0", 4)
@@ -77,7 +60,7 @@ def test_scontrol_requeue(job: RunRecipe, srun: bool) -> None:
     job.check_root()
 
 
-def test_scancel_then_resubmit(job: RunRecipe) -> None:
+def test_scancel_then_resubmit(job: Run) -> None:
     j = job.submit()
     job.slurm.running(j)
     job.wait_saved(j, f"{j}.0", 4)
@@ -100,7 +83,7 @@ def test_scancel_then_resubmit(job: RunRecipe) -> None:
 @pytest.mark.parametrize(
     "how", ["scancel -b --signal=TERM", "scancel -b through srun", "--time with --signal=B:TERM@N"]
 )
-def test_a_signal_to_the_batch_shell_requeues_the_job(job: RunRecipe, how: str) -> None:
+def test_a_signal_to_the_batch_shell_requeues_the_job(job: Run, how: str) -> None:
     """Only publish run gets SIGTERM (exec): it passes it on (to srun's task as SIGTERM), then requeues."""
     if how.startswith("scancel"):
         j = job.submit(srun="srun" in how)
@@ -122,7 +105,7 @@ def test_a_signal_to_the_batch_shell_requeues_the_job(job: RunRecipe, how: str) 
     job.check_root()
 
 
-def test_an_array_of_two_tasks_sharing_one_root(job: RunRecipe) -> None:
+def test_an_array_of_two_tasks_sharing_one_root(job: Run) -> None:
     j = job.submit("--array=0-1", steps=6)
     tasks = [f"{j}_0", f"{j}_1"]
     for t in tasks:

@@ -2,132 +2,25 @@
 
 In each case the save the trainer makes on SIGTERM is published, nothing half-written is, and the next
 dispatch resumes from the newest whole save with a greater epoch; after a requeue the job comes back by itself.
-What the manual recipe cannot do is written as strict xfails, for ``publish run`` to make pass.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from publish import layout
 from tests.conftest import REPO, run_cli
-from tests.slurm import Slurm, slurm, slurm_publish  # noqa: F401 (fixtures)
+from tests.slurm import Run, Slurm, end, slurm, slurm_publish  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slurm
 
 SCRIPT = REPO / "examples" / "slurm_job.sh"
-TRAINER = [sys.executable, str(REPO / "examples" / "tiny_trainer.py")]
-PUBLISHED = re.compile(r"^published (\S+) \(epoch (\d+), step (\d+), (.+)\)$")
-
-
-@dataclass
-class Published:
-    entry: str
-    epoch: int
-    step: int
-    save: str
-
-
-class Run:
-    """One job of the recipe on one checkpoint root: submit it, signal it, read what it printed."""
-
-    def __init__(self, cluster: Slurm, bin_dir: Path, tmp: Path) -> None:
-        self.slurm = cluster
-        self.root = tmp / "ckpt"
-        self.root.mkdir()
-        self.logs = tmp / "logs"
-        self.logs.mkdir()
-        self.env = {
-            "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "CHECKPOINT": str(self.root),
-        }
-
-    def submit(self, *options: str, steps: int = 400, srun: bool = False) -> str:
-        trainer = [*(["srun", "--ntasks=1"] if srun else []), *TRAINER, "--steps", str(steps)]
-        array = any(o.startswith("--array") for o in options)
-        return self.slurm.sbatch(
-            f"--output={self.logs}/{'%A_%a' if array else '%j'}.out",
-            f"--chdir={self.root}",
-            "--ntasks=1",
-            *options,
-            str(SCRIPT),
-            *trainer,
-            env=self.env,
-        )
-
-    def log(self, job: str) -> str:
-        path = self.logs / f"{job}.out"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def published(self, job: str) -> list[Published]:
-        found = []
-        for line in self.log(job).splitlines():
-            m = PUBLISHED.match(line)
-            if m:
-                found.append(Published(m[1], int(m[2]), int(m[3]), m[4]))
-        return found
-
-    def wait_saved(self, job: str, attempt: str, step: int, timeout: float = 60) -> None:
-        """Until watch has published the attempt's checkpoint-<step> (training is well under way)."""
-        want = f"{self.root}/exec/{attempt}/checkpoint-{step}"
-        self.slurm.wait_for(
-            lambda: any(p.save == want for p in self.published(job)) or self.slurm.check_daemons(),
-            timeout,
-            f"{want} to be published; log:\n{self.log(job)}",
-        )
-
-    def wait_log(self, job: str, text: str, timeout: float = 60) -> None:
-        self.slurm.wait_for(lambda: text in self.log(job), timeout, f"{text!r} in the log of {job}")
-
-    def stopped_at(self, job: str, attempt: str) -> str:
-        """The save the trainer of ``attempt`` made on SIGTERM."""
-        m = re.findall(r"^trainer: stopped by SIGTERM at step (\d+)$", self.log(job), re.M)
-        assert m, f"the trainer did not save on SIGTERM:\n{self.log(job)}"
-        return f"{self.root}/exec/{attempt}/checkpoint-{m[0]}"
-
-    def check_root(self) -> None:
-        """Every entry left names a whole save; resolve answers the greatest (epoch, step)."""
-        names = sorted(os.listdir(self.root / "pub"))
-        assert names, "nothing published"
-        entries = [layout.parse(n) for n in names]
-        for e in entries:
-            state = json.loads((self.root / e.path / "trainer_state.json").read_text())
-            assert state["global_step"] == e.step, e
-        assert len(entries) <= 3  # pruned
-        latest = max(entries, key=lambda e: (e.epoch, e.step))
-        assert run_cli("resolve", "-checkpoint", str(self.root)).out == f"{self.root}/{latest.path}\n"
-
-    def check_whole(self, job: str) -> None:
-        """Nothing half-written was ever published: each save the log names is whole, or pruned since."""
-        for p in self.published(job):
-            state = Path(p.save) / "trainer_state.json"
-            if state.exists():
-                assert json.loads(state.read_text())["global_step"] == p.step, p
-
-    def check_resumed(self, job: str, attempt: str, saved: str) -> None:
-        """The dispatch ``attempt`` resumed from ``saved``, and publishes with a greater epoch than it."""
-        self.wait_log(job, f"trainer: resuming from {saved} at step")
-        self.wait_saved(job, attempt, (int(saved.rsplit("-", 1)[1]) // 2 + 1) * 2)  # its next save
-        old = {p.epoch for p in self.published(job) if f"/exec/{attempt}/" not in p.save}
-        new = {p.epoch for p in self.published(job) if f"/exec/{attempt}/" in p.save}
-        assert len(new) == 1 and min(new) > max(old), (old, new)
 
 
 @pytest.fixture
 def run(slurm: Slurm, slurm_publish: Path, tmp_path: Path) -> Run:  # noqa: F811
-    return Run(slurm, slurm_publish, tmp_path)
-
-
-def end(run: Run, job: str) -> dict[str, str]:
-    run.slurm.run("scancel", job, check=False)
-    return run.slurm.ended(job)
+    return Run(slurm, slurm_publish, tmp_path, SCRIPT)
 
 
 def test_readme_recipe_is_the_example_script() -> None:
@@ -215,24 +108,20 @@ def test_training_through_srun_gets_the_sigterm(run: Run) -> None:
     run.check_root()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="scancel and requeue signal srun too: it ends the step and returns before its task has finished the "
-    "save it makes on SIGTERM, so the script's last scan misses that save; a job script cannot keep the "
-    "job-wide SIGTERM from srun (publish run waits for the job's steps: test_run_slurm.py covers it)",
-)
 def test_training_through_srun_saves_on_requeue(run: Run) -> None:
+    """A job-wide signal reaches srun's task as SIGTERM: srun waits for it, and the trap leaves the job alone
+    (a scancel of a requeued job would block this shell until KillWait killed it, before its last scan)."""
     job = run.submit(srun=True)
     run.slurm.running(job)
     run.wait_saved(job, f"{job}.0", 4)
-    try:
-        run.slurm.run("scontrol", "requeue", job)
-        run.slurm.requeued(job)
-        run.wait_log(job, "trainer: resuming from", timeout=60)
-        saved = run.stopped_at(job, f"{job}.0")
-        assert f"trainer: resuming from {saved} at step" in run.log(job)
-    finally:
-        end(run, job)
+    run.slurm.run("scontrol", "requeue", job)
+    run.slurm.requeued(job)
+    saved = run.stopped_at(job, f"{job}.0")
+    assert saved in [p.save for p in run.published(job)], run.log(job)
+    run.check_resumed(job, f"{job}.1", saved)
+    end(run, job)
+    run.check_whole(job)
+    run.check_root()
 
 
 def test_an_array_of_two_tasks_sharing_one_root(run: Run) -> None:

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     Launch = Callable[[list[str], dict[str, str]], Child]
 
 POLL = 0.1  # how often the exit of COMMAND is looked for while no signal arrives
+# squeue's states of a job still running: SIGNALING while slurmctld sends the --signal warning
+LIVE = ("RUNNING", "SIGNALING")
 
 
 class Signals(SignalStop):
@@ -290,13 +292,14 @@ def _pass_on(sig: int, child: Child, batch: Batch | None, say: Say, name: str) -
     """Send ``sig`` to COMMAND, unless Slurm has sent it to every process of the job already.
 
     scancel and scontrol requeue make the job COMPLETING before they signal it (and scancel would wait on such
-    a job until KillWait); the warning signal and ``scancel -b`` leave it RUNNING: only publish run heard."""
+    a job until KillWait); the warning signal (while being sent: SIGNALING) and ``scancel -b`` leave it
+    RUNNING: only publish run heard."""
     if batch is not None and batch.job:
         try:
             state = batch.state()
         except PublishError:
             state = ""  # not known: pass it on
-        if state and state != "RUNNING":
+        if state and state not in LIVE:
             say.warn(f"run: job {batch.job} is {state}: Slurm signalled every process of it, {name} too")
             return
     say.warn(f"run: passing {signame(sig)} on to {name}")
@@ -332,7 +335,7 @@ def _finish(
             state = batch.state()
             # After scancel or scontrol requeue the job is COMPLETING: Slurm ends it or brings it back itself,
             # and a requeue now would revive a job someone cancelled.
-            if state == "RUNNING":
+            if state in LIVE:
                 batch.requeue()
                 say.warn(f"run: asked Slurm to requeue job {batch.job}")
             else:
