@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 
 from publish import layout
 from publish.credentials import Credentials
-from publish.deadline import UNBOUNDED
+from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import StoreError
 from publish.stores.s3 import PROBE_NAME, S3Store
 from tests.fault_proxy import FaultProxy, Respond
@@ -144,6 +145,24 @@ def test_holds_the_object_itself(server: S3Server, bucket: str, prefix: str) -> 
     assert store.holds(UNBOUNDED, "exec/A/file")
     assert store.holds(UNBOUNDED, "exec/A")
     assert not store.holds(UNBOUNDED, "exec/A/fil")
+
+
+def test_each_call_keeps_its_own_deadline(server: S3Server, bucket: str, prefix: str) -> None:
+    """A store holds no deadline of its own: calls of two scans interleaved on one store, one scan's
+    deadline passed and the other's fresh, each fail or succeed by the deadline handed to them."""
+    store = make_store(server, bucket, prefix)
+    now = [0.0]
+    passed = Deadline(5, clock=lambda: now[0])  # the first scan's, made first
+    now[0] = 6.0
+    fresh = Deadline(30)  # the second scan's, made after
+    timed_out = f"^store: list {re.escape(store.root)}/pub/: " + r"timed out \(the time given was 5s\)$"
+    name = layout.name(0, 1, "exec/A/checkpoint-1")
+    assert store.create_entry(fresh, name)
+    with pytest.raises(StoreError, match=timed_out):
+        store.list_entries(passed)
+    assert store.list_entries(fresh) == [name]
+    with pytest.raises(StoreError, match=timed_out):
+        store.list_entries(passed)
 
 
 def test_listing_more_than_a_page(weed: Weed) -> None:
