@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from publish import layout  # noqa: E402
+from publish.deadline import Deadline  # noqa: E402
 from publish.stores.s3 import S3Store  # noqa: E402
 from tests.servers import Weed  # noqa: E402
 
@@ -114,8 +115,7 @@ def main() -> int:
             store = S3Store(bucket, prefix, weed.credentials(), proxy=None, env={})
 
             def resolve(store: S3Store = store, prefix: str = prefix, n: int = n) -> None:
-                store.begin(300)
-                entry = layout.latest_of(store.list_entries(), f"s3://{bucket}/{prefix}/pub")
+                entry = layout.latest_of(store.list_entries(Deadline(300)), f"s3://{bucket}/{prefix}/pub")
                 assert entry is not None and entry.step == n - 1
 
             resolve()  # warm: connection open, caches filled, on both sides
@@ -146,8 +146,7 @@ def main() -> int:
             weed.put_many(bucket, keys, threads=32)
 
         def ours() -> None:
-            store.begin(600)
-            assert store.remove_folder("exec/A/checkpoint-1").removed
+            assert store.remove_folder(Deadline(600), "exec/A/checkpoint-1").removed
 
         def theirs() -> None:
             found, _ = boto_list(boto, bucket, f"{prefix}/exec/A/checkpoint-1/")

@@ -15,6 +15,7 @@ from typing import Any
 
 from publish import layout
 from publish.cli import main
+from publish.deadline import Deadline
 from publish.stores.posix import PosixStore
 from tests.conftest import REPO, base_env
 
@@ -157,22 +158,22 @@ class Cut:
             raise Killed
         self.steps += 1
 
-    def create_tombs(self, names: list[str]) -> None:
+    def create_tombs(self, dl: Deadline, names: list[str]) -> None:
         for n in names:
             self._take()
-            self.store.create_tombs([n])
+            self.store.create_tombs(dl, [n])
 
-    def remove_entries(self, names: list[str]) -> None:
+    def remove_entries(self, dl: Deadline, names: list[str]) -> None:
         for n in names:
             self._take()
-            self.store.remove_entries([n])
+            self.store.remove_entries(dl, [n])
 
-    def remove_tombs(self, names: list[str]) -> None:
+    def remove_tombs(self, dl: Deadline, names: list[str]) -> None:
         for n in names:
             self._take()
-            self.store.remove_tombs([n])
+            self.store.remove_tombs(dl, [n])
 
-    def remove_folder(self, path: str) -> Any:
+    def remove_folder(self, dl: Deadline, path: str) -> Any:
         self._take()
         full = Path(self.store.location(path))
         if full.is_dir() and not any(p.is_symlink() for p in [full, *full.parents]):
@@ -180,4 +181,4 @@ class Cut:
             for p in files[: len(files) // 2]:
                 p.unlink()
         self._take()
-        return self.store.remove_folder(path)
+        return self.store.remove_folder(dl, path)

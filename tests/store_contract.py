@@ -14,6 +14,7 @@ from typing import Any, Callable
 import pytest
 
 from publish import layout
+from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import Failure
 from publish.stores.base import Store
 
@@ -27,15 +28,14 @@ class StoreContract:
         assert not store.root.endswith("/")
 
     def test_fresh_root_has_no_entries(self, store: Store) -> None:
-        store.begin(30)
-        store.check_root()
-        assert store.list_entries() == []
+        store.check_root(Deadline(30))
+        assert store.list_entries(Deadline(30)) == []
 
     def test_create_entry_once(self, store: Store) -> None:
         name = layout.name(1, 2, "exec/A/checkpoint-2")
-        assert store.create_entry(name) is True
-        assert store.create_entry(name) is False
-        assert store.list_entries() == [name]
+        assert store.create_entry(UNBOUNDED, name) is True
+        assert store.create_entry(UNBOUNDED, name) is False
+        assert store.list_entries(UNBOUNDED) == [name]
 
     def test_concurrent_creates_of_one_entry_exactly_one_wins(self, store: Store, peer: MakePeer) -> None:
         name = layout.name(1, 1, "exec/A/checkpoint-1")
@@ -47,7 +47,7 @@ class StoreContract:
         def create(s: Store) -> None:
             try:
                 barrier.wait()
-                results.append(s.create_entry(name))
+                results.append(s.create_entry(UNBOUNDED, name))
             except BaseException as e:  # noqa: BLE001 - reported by the test thread below
                 errors.append(e)
 
@@ -59,56 +59,56 @@ class StoreContract:
             assert not t.is_alive(), "a create_entry did not return within 120 s"
         assert errors == []
         assert sorted(results) == [False] * 7 + [True]
-        assert store.list_entries() == [name]
+        assert store.list_entries(UNBOUNDED) == [name]
 
     def test_entries_listed_in_any_number(self, store: Store) -> None:
         names = {layout.name(0, i, f"exec/A/checkpoint-{i}") for i in range(25)}
         for n in names:
-            assert store.create_entry(n)
-        assert sorted(store.list_entries()) == sorted(names)
+            assert store.create_entry(UNBOUNDED, n)
+        assert sorted(store.list_entries(UNBOUNDED)) == sorted(names)
 
     def test_remove_entries(self, store: Store) -> None:
         a, b = layout.name(0, 1, "x/a"), layout.name(0, 2, "x/b")
-        store.create_entry(a)
-        store.create_entry(b)
-        store.remove_entries([a, layout.name(0, 3, "x/never")])
-        assert store.list_entries() == [b]
+        store.create_entry(UNBOUNDED, a)
+        store.create_entry(UNBOUNDED, b)
+        store.remove_entries(UNBOUNDED, [a, layout.name(0, 3, "x/never")])
+        assert store.list_entries(UNBOUNDED) == [b]
 
     def test_odd_names_in_pub_are_listed_not_hidden(self, store: Store, make_file: MakeFile) -> None:
         make_file("pub/.hidden")
         make_file("pub/not-an-entry")
-        assert sorted(store.list_entries()) == [".hidden", "not-an-entry"]
+        assert sorted(store.list_entries(UNBOUNDED)) == [".hidden", "not-an-entry"]
 
     def test_holds(self, store: Store, make_file: MakeFile) -> None:
         make_file("exec/AB/checkpoint-1/model.bin", b"w")
-        assert store.holds("exec/AB/checkpoint-1")
-        assert store.holds("exec/AB")
-        assert not store.holds("exec/A")  # a prefix of a name is not a folder
-        assert not store.holds("exec/AB/checkpoint-2")
+        assert store.holds(UNBOUNDED, "exec/AB/checkpoint-1")
+        assert store.holds(UNBOUNDED, "exec/AB")
+        assert not store.holds(UNBOUNDED, "exec/A")  # a prefix of a name is not a folder
+        assert not store.holds(UNBOUNDED, "exec/AB/checkpoint-2")
 
     def test_list_folders(self, store: Store, make_file: MakeFile) -> None:
         make_file("exec/A/checkpoint-1/a", b"1")
         make_file("exec/A/checkpoint-20/b", b"2")
         make_file("exec/A/loose-file", b"3")
         make_file("exec/AB/checkpoint-3/c", b"4")
-        assert sorted(store.list_folders("exec/A")) == ["checkpoint-1", "checkpoint-20"]
-        assert store.list_folders("exec/missing") == []
+        assert sorted(store.list_folders(UNBOUNDED, "exec/A")) == ["checkpoint-1", "checkpoint-20"]
+        assert store.list_folders(UNBOUNDED, "exec/missing") == []
 
     def test_read(self, store: Store, make_file: MakeFile) -> None:
         make_file("exec/A/checkpoint-1/trainer_state.json", b'{"global_step": 1}')
-        assert store.read("exec/A/checkpoint-1/trainer_state.json", 1024) == b'{"global_step": 1}'
-        assert store.read("exec/A/checkpoint-1/missing.json", 1024) is None
-        assert store.read("exec/A/checkpoint-1/trainer_state.json", 18) == b'{"global_step": 1}'
+        assert store.read(UNBOUNDED, "exec/A/checkpoint-1/trainer_state.json", 1024) == b'{"global_step": 1}'
+        assert store.read(UNBOUNDED, "exec/A/checkpoint-1/missing.json", 1024) is None
+        assert store.read(UNBOUNDED, "exec/A/checkpoint-1/trainer_state.json", 18) == b'{"global_step": 1}'
 
     def test_read_over_the_limit_is_refused_naming_the_file(self, store: Store, make_file: MakeFile) -> None:
         make_file("exec/A/big", b"x" * 100)
         with pytest.raises(Failure, match="exec/A/big"):
-            store.read("exec/A/big", 99)
+            store.read(UNBOUNDED, "exec/A/big", 99)
 
     def test_exists(self, store: Store, make_file: MakeFile) -> None:
         make_file("exec/A/step-5/.metadata", b"")
-        assert store.exists("exec/A/step-5/.metadata")
-        assert not store.exists("exec/A/step-6/.metadata")
+        assert store.exists(UNBOUNDED, "exec/A/step-5/.metadata")
+        assert not store.exists(UNBOUNDED, "exec/A/step-6/.metadata")
 
     def test_remove_folder_removes_everything_under_it_and_nothing_else(
         self, store: Store, make_file: MakeFile
@@ -117,58 +117,57 @@ class StoreContract:
         make_file("exec/A/checkpoint-1/sub/b", b"2")
         make_file("exec/A/checkpoint-10/c", b"3")
         make_file("exec/A/checkpoint-1x", b"4")
-        result = store.remove_folder("exec/A/checkpoint-1")
+        result = store.remove_folder(UNBOUNDED, "exec/A/checkpoint-1")
         assert result.removed and not result.link
-        assert not store.holds("exec/A/checkpoint-1")
-        assert store.read("exec/A/checkpoint-10/c", 10) == b"3"
-        assert store.read("exec/A/checkpoint-1x", 10) == b"4"
+        assert not store.holds(UNBOUNDED, "exec/A/checkpoint-1")
+        assert store.read(UNBOUNDED, "exec/A/checkpoint-10/c", 10) == b"3"
+        assert store.read(UNBOUNDED, "exec/A/checkpoint-1x", 10) == b"4"
 
     def test_remove_absent_folder(self, store: Store) -> None:
-        result = store.remove_folder("exec/A/checkpoint-9")
+        result = store.remove_folder(UNBOUNDED, "exec/A/checkpoint-9")
         assert not result.removed and not result.link
 
-    def test_begin_accepts_none_and_seconds(self, store: Store, make_file: Any) -> None:
-        store.begin(None)
-        store.begin(5.0)
-        assert store.list_entries() == []
+    def test_calls_accept_an_unbounded_deadline_and_seconds(self, store: Store, make_file: Any) -> None:
+        assert store.list_entries(Deadline.none()) == []
+        assert store.list_entries(Deadline(5.0)) == []
 
     # -- tombstones: tomb/<base32 of a folder's path>, beside pub/
 
     def test_fresh_root_has_no_tombs(self, store: Store) -> None:
-        assert store.list_tombs() == []
-        store.remove_tombs([layout.tomb_name("exec/A")])  # nothing there: fine
-        store.create_tombs([])
-        assert store.list_tombs() == []
+        assert store.list_tombs(UNBOUNDED) == []
+        store.remove_tombs(UNBOUNDED, [layout.tomb_name("exec/A")])  # nothing there: fine
+        store.create_tombs(UNBOUNDED, [])
+        assert store.list_tombs(UNBOUNDED) == []
 
     def test_create_list_and_remove_tombs(self, store: Store) -> None:
         a, b = layout.tomb_name("exec/A/checkpoint-1"), layout.tomb_name("exec/A/checkpoint-2")
-        store.create_tombs([a, b])
-        assert sorted(store.list_tombs()) == sorted([a, b])
-        store.create_tombs([a])  # already there: fine, and still one
-        assert sorted(store.list_tombs()) == sorted([a, b])
-        store.remove_tombs([a, layout.tomb_name("exec/never")])
-        assert store.list_tombs() == [b]
-        store.remove_tombs([b])
-        assert store.list_tombs() == []
+        store.create_tombs(UNBOUNDED, [a, b])
+        assert sorted(store.list_tombs(UNBOUNDED)) == sorted([a, b])
+        store.create_tombs(UNBOUNDED, [a])  # already there: fine, and still one
+        assert sorted(store.list_tombs(UNBOUNDED)) == sorted([a, b])
+        store.remove_tombs(UNBOUNDED, [a, layout.tomb_name("exec/never")])
+        assert store.list_tombs(UNBOUNDED) == [b]
+        store.remove_tombs(UNBOUNDED, [b])
+        assert store.list_tombs(UNBOUNDED) == []
 
     def test_tombs_and_entries_are_apart(self, store: Store) -> None:
         entry = layout.name(0, 1, "exec/A/checkpoint-1")
-        store.create_entry(entry)
-        store.create_tombs([layout.tomb_name("exec/A/checkpoint-1")])
-        assert store.list_entries() == [entry]
-        assert store.list_tombs() == [layout.tomb_name("exec/A/checkpoint-1")]
-        store.remove_tombs(store.list_tombs())
-        assert store.list_entries() == [entry]
+        store.create_entry(UNBOUNDED, entry)
+        store.create_tombs(UNBOUNDED, [layout.tomb_name("exec/A/checkpoint-1")])
+        assert store.list_entries(UNBOUNDED) == [entry]
+        assert store.list_tombs(UNBOUNDED) == [layout.tomb_name("exec/A/checkpoint-1")]
+        store.remove_tombs(UNBOUNDED, store.list_tombs(UNBOUNDED))
+        assert store.list_entries(UNBOUNDED) == [entry]
 
     def test_odd_names_in_tomb_are_listed_not_hidden(self, store: Store, make_file: MakeFile) -> None:
         make_file("tomb/.hidden")
         make_file("tomb/not-a-tombstone")
-        assert sorted(store.list_tombs()) == [".hidden", "not-a-tombstone"]
+        assert sorted(store.list_tombs(UNBOUNDED)) == [".hidden", "not-a-tombstone"]
 
     def test_many_tombs(self, store: Store) -> None:
         names = {layout.tomb_name(f"exec/A/checkpoint-{i}") for i in range(25)}
-        store.create_tombs(sorted(names))
-        assert sorted(store.list_tombs()) == sorted(names)
+        store.create_tombs(UNBOUNDED, sorted(names))
+        assert sorted(store.list_tombs(UNBOUNDED)) == sorted(names)
 
     # -- what the frameworks read of a save
 
@@ -176,30 +175,32 @@ class StoreContract:
         make_file("exec/A/epoch=0-step=2.ckpt", b"zz")
         make_file("exec/A/last.ckpt", b"z")
         make_file("exec/A/checkpoint-1/model.bin", b"w")
-        assert sorted(store.list_files("exec/A")) == ["epoch=0-step=2.ckpt", "last.ckpt"]
-        assert store.list_files("exec/B") == []
+        assert sorted(store.list_files(UNBOUNDED, "exec/A")) == ["epoch=0-step=2.ckpt", "last.ckpt"]
+        assert store.list_files(UNBOUNDED, "exec/B") == []
 
     def test_sizes_of_every_file_below_a_folder(self, store: Store, make_file: MakeFile) -> None:
         make_file("exec/A/step-1/.metadata", b"m" * 7)
         make_file("exec/A/step-1/__0_0.distcp", b"d" * 100)
         make_file("exec/A/step-1/sub/x", b"")
         make_file("exec/A/step-10/__0_0.distcp", b"other")
-        assert store.sizes("exec/A/step-1") == {".metadata": 7, "__0_0.distcp": 100, "sub/x": 0}
-        assert store.sizes("exec/A/step-2") == {}
+        assert store.sizes(UNBOUNDED, "exec/A/step-1") == {".metadata": 7, "__0_0.distcp": 100, "sub/x": 0}
+        assert store.sizes(UNBOUNDED, "exec/A/step-2") == {}
 
     def test_size_and_read_range_of_one_file(self, store: Store, make_file: MakeFile) -> None:
         data = bytes(range(256)) * 40
         make_file("exec/A/s.ckpt", data)
-        assert store.size("exec/A/s.ckpt") == len(data)
-        assert store.size("exec/A/none.ckpt") is None
-        assert store.read_range("exec/A/s.ckpt", 0, 10) == data[:10]
-        assert store.read_range("exec/A/s.ckpt", len(data) - 22, 22) == data[-22:]
-        assert store.read_range("exec/A/s.ckpt", len(data) - 5, 50) == data[-5:]  # fewer at the end
-        assert store.read_range("exec/A/s.ckpt", len(data), 10) == b""  # none past it
-        assert store.read_range("exec/A/none.ckpt", 0, 10) is None
+        assert store.size(UNBOUNDED, "exec/A/s.ckpt") == len(data)
+        assert store.size(UNBOUNDED, "exec/A/none.ckpt") is None
+        assert store.read_range(UNBOUNDED, "exec/A/s.ckpt", 0, 10) == data[:10]
+        assert store.read_range(UNBOUNDED, "exec/A/s.ckpt", len(data) - 22, 22) == data[-22:]
+        assert (
+            store.read_range(UNBOUNDED, "exec/A/s.ckpt", len(data) - 5, 50) == data[-5:]
+        )  # fewer at the end
+        assert store.read_range(UNBOUNDED, "exec/A/s.ckpt", len(data), 10) == b""  # none past it
+        assert store.read_range(UNBOUNDED, "exec/A/none.ckpt", 0, 10) is None
 
     def test_remove_folder_removes_a_save_that_is_one_file(self, store: Store, make_file: MakeFile) -> None:
         make_file("exec/A/epoch=0-step=2.ckpt", b"zz")
         make_file("exec/A/epoch=0-step=2.ckpt.keep", b"z")
-        assert store.remove_folder("exec/A/epoch=0-step=2.ckpt").removed
-        assert store.list_files("exec/A") == ["epoch=0-step=2.ckpt.keep"]
+        assert store.remove_folder(UNBOUNDED, "exec/A/epoch=0-step=2.ckpt").removed
+        assert store.list_files(UNBOUNDED, "exec/A") == ["epoch=0-step=2.ckpt.keep"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from publish.deadline import UNBOUNDED, Deadline
 from publish.frameworks import FRAMEWORKS
 from publish.stores.s3 import S3Store
 from publish.verbs import Say
@@ -49,14 +50,14 @@ def test_dcp_upload_with_the_metadata_first_is_published_only_once_every_shard_i
     files = {"__0_0.distcp": 300, "__1_0.distcp": 200}
     s3root.put("exec/A/step-100/.metadata", dcp_shapes.metadata_for(files))  # .metadata sorts first
     w = s3root.watcher("dcp")
-    w.scan(30)
+    w.scan(Deadline(30))
     assert s3root.out == []
     s3root.put("exec/A/step-100/__0_0.distcp", b"x" * 300)
     s3root.put("exec/A/step-100/__1_0.distcp", b"x" * 199)  # a short copy
-    w.scan(30)
+    w.scan(Deadline(30))
     assert s3root.out == []
     s3root.put("exec/A/step-100/__1_0.distcp", b"x" * 200)
-    w.scan(30)
+    w.scan(Deadline(30))
     assert s3root.steps() == [100]
 
 
@@ -73,7 +74,7 @@ def test_dcp_a_real_two_rank_save_uploaded_marker_first(s3root: Root, tmp_path: 
     w = s3root.watcher("dcp")
     for i, name in enumerate(names):  # in the order an uploader's listing gives them
         s3root.put(f"exec/A/step-7/{name}", (real / name).read_bytes())
-        w.scan(30)
+        w.scan(Deadline(30))
         assert s3root.steps() == ([7] if i == len(names) - 1 else [])
 
 
@@ -97,14 +98,14 @@ def test_dcp_a_real_save_written_by_fsspec_writer_to_s3(s3_server: S3Server, s3r
     w = s3root.watcher("dcp")
     try:
         while writer.poll() is None:  # scans while the ranks write: nothing half-written is published
-            w.scan(30)
+            w.scan(Deadline(30))
             for line in s3root.out:
-                assert s3root.store.read("exec/A/step-11/.metadata", 1 << 20) is not None, line
+                assert s3root.store.read(UNBOUNDED, "exec/A/step-11/.metadata", 1 << 20) is not None, line
     finally:
         assert writer.wait(timeout=300) == 0
-    w.scan(30)
+    w.scan(Deadline(30))
     assert s3root.steps() == [11]
-    names = sorted(s3root.store.sizes("exec/A/step-11"))
+    names = sorted(s3root.store.sizes(UNBOUNDED, "exec/A/step-11"))
     assert ".metadata" in names and sum(n.endswith(".distcp") for n in names) == 2
 
 
@@ -113,8 +114,8 @@ def test_dcp_per_rank_metadata_is_said_once_and_never_published(s3root: Root) ->
         s3root.put(f"exec/A/step-3/__{rank}.metadata", b"m")
         s3root.put(f"exec/A/step-3/__{rank}_0.distcp", b"d")
     w = s3root.watcher("dcp")
-    w.scan(30)
-    w.scan(30)
+    w.scan(Deadline(30))
+    w.scan(Deadline(30))
     assert s3root.out == [] and len(s3root.err) == 1 and "use_collectives=False" in s3root.err[0]
 
 
@@ -130,13 +131,13 @@ def test_lightning_checkpoint_objects_are_judged_by_their_archive(s3root: Root) 
     s3root.put("exec/A/epoch=0-step=4.ckpt", data[:-10])  # an upload cut short
     s3root.put("exec/A/last.ckpt", data)
     w = s3root.watcher("lightning")
-    w.scan(30)
+    w.scan(Deadline(30))
     assert s3root.out == []
     s3root.put("exec/A/epoch=0-step=4.ckpt", data)
-    w.scan(30)
+    w.scan(Deadline(30))
     assert s3root.steps() == [4]
-    assert s3root.store.remove_folder("exec/A/epoch=0-step=4.ckpt").removed
-    assert s3root.store.list_files("exec/A") == ["last.ckpt"]
+    assert s3root.store.remove_folder(UNBOUNDED, "exec/A/epoch=0-step=4.ckpt").removed
+    assert s3root.store.list_files(UNBOUNDED, "exec/A") == ["last.ckpt"]
 
 
 def test_hf_shard_index_on_s3(s3root: Root) -> None:
@@ -147,18 +148,18 @@ def test_hf_shard_index_on_s3(s3root: Root) -> None:
         "exec/A/checkpoint-5/model.safetensors.index.json", b'{"weight_map": {"a": "m-1.safetensors"}}'
     )
     w = s3root.watcher("hf")
-    w.scan(30)
+    w.scan(Deadline(30))
     assert s3root.out == []
     s3root.put("exec/A/checkpoint-5/m-1.safetensors", b"w")
-    w.scan(30)
+    w.scan(Deadline(30))
     assert s3root.steps() == [5]
 
 
 def test_deepspeed_latest_on_s3(s3root: Root) -> None:
     s3root.put("exec/A/global_step10/mp_rank_00_model_states.pt", b"m")
     w = s3root.watcher("deepspeed")
-    w.scan(30)
+    w.scan(Deadline(30))
     assert s3root.out == []
     s3root.put("exec/A/latest", b"global_step10")
-    w.scan(30)
+    w.scan(Deadline(30))
     assert s3root.steps() == [10]

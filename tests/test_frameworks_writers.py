@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from publish.deadline import UNBOUNDED
 from publish.frameworks import FRAMEWORKS
 from publish.stores.posix import PosixStore
 from publish.verbs import Say
@@ -95,19 +96,19 @@ def test_dcp_a_real_two_rank_save_is_published_and_not_before_its_shards(tmp_pat
     target.mkdir()
     shutil.copy(real / ".metadata", target / ".metadata")
     w, lines = scanner(root, "dcp")
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert lines.out == []
     shards = sorted(p.name for p in real.iterdir() if p.name.endswith(".distcp"))
     assert len(shards) == 2
     shutil.copy(real / shards[0], target / shards[0])
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert lines.out == []
     data = (real / shards[1]).read_bytes()
     (target / shards[1]).write_bytes(data[:-1])
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert lines.out == []
     (target / shards[1]).write_bytes(data)
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert published_steps(lines) == [100]
 
 
@@ -118,7 +119,7 @@ def test_dcp_without_collectives_is_never_published_and_said_once(tmp_path: Path
     assert not (root / "exec" / "A" / "step-5" / ".metadata").exists()
     w, lines = scanner(root, "dcp")
     for _ in range(3):
-        w.scan(None)
+        w.scan(UNBOUNDED)
     assert lines.out == []
     assert len(lines.err) == 1 and "use_collectives=False" in lines.err[0] and "step-5" in lines.err[0]
 
@@ -135,7 +136,7 @@ def test_dcp_megatron_torch_dist_layout_is_a_dcp_save(tmp_path: Path) -> None:
     (folder / "metadata.json").write_bytes(b'{"sharded_backend": "torch_dist"}')
     (root / "exec" / "A" / "latest_checkpointed_iteration.txt").write_text("100")
     w, lines = scanner(root, "dcp")
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert published_steps(lines) == [100]
 
 
@@ -145,13 +146,13 @@ def test_dcp_a_metadata_naming_a_missing_or_short_file_waits(tmp_path: Path) -> 
     dcp_shapes.write_save(folder)
     (folder / "__1_0.distcp").unlink()
     w, lines = scanner(root, "dcp")
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert lines.out == []
     (folder / "__1_0.distcp").write_bytes(b"\x01" * 47)
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert lines.out == []
     (folder / "__1_0.distcp").write_bytes(b"\x01" * 48)
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert published_steps(lines) == [3]
 
 
@@ -181,12 +182,12 @@ def test_hf_a_sharded_save_waits_for_every_shard_its_index_names(tmp_path: Path)
     index = b'{"metadata": {"total_size": 2}, "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}'
     (folder / "model.safetensors.index.json").write_bytes(index)
     w, lines = scanner(root, "hf")
-    w.scan(None)
+    w.scan(UNBOUNDED)
     (folder / "model-00001-of-00002.safetensors").write_bytes(b"1")
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert lines.out == []
     (folder / "model-00002-of-00002.safetensors").write_bytes(b"2")
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert published_steps(lines) == [8]
 
 
@@ -210,7 +211,7 @@ def test_hf_a_faulty_shard_index_stops_watch(tmp_path: Path, index: bytes, why: 
     (folder / "pytorch_model.bin.index.json").write_bytes(index)
     w, _ = scanner(root, "hf")
     with pytest.raises(Failure, match=why):
-        w.scan(None)
+        w.scan(UNBOUNDED)
 
 
 # -- Lightning ---------------------------------------------------------------------------------------------
@@ -263,9 +264,9 @@ def test_lightning_a_checkpoint_cut_anywhere_is_not_whole(tmp_path: Path) -> Non
     target = saves / "epoch=0-step=2.ckpt"
     for cut in sorted({*range(0, len(data), max(1, len(data) // 300)), *range(len(data) - 200, len(data))}):
         target.write_bytes(data[:cut])
-        assert not fw.complete(store, "exec/A/epoch=0-step=2.ckpt", 2), cut
+        assert not fw.complete(UNBOUNDED, store, "exec/A/epoch=0-step=2.ckpt", 2), cut
     target.write_bytes(data)
-    assert fw.complete(store, "exec/A/epoch=0-step=2.ckpt", 2)
+    assert fw.complete(UNBOUNDED, store, "exec/A/epoch=0-step=2.ckpt", 2)
 
 
 @pytest.mark.torch
@@ -290,7 +291,7 @@ def test_lightning_a_trainer_killed_while_saving_leaves_nothing_published_that_i
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         w, lines = scanner(root, "lightning")
-        w.scan(None)
+        w.scan(UNBOUNDED)
         for line in lines.out:
             path = line.rsplit(", ", 1)[1].rstrip(")")
             with zipfile.ZipFile(path) as z:
@@ -315,19 +316,19 @@ def test_deepspeed_a_folder_is_whole_when_latest_names_it(tmp_path: Path) -> Non
     saves = root / "exec" / "A"
     w, lines = scanner(root, "deepspeed")
     _deepspeed_rank_files(saves / "global_step10")
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert lines.out == []  # the ranks wrote, rank 0 has not written latest yet
     (saves / "latest").write_text("global_step10")
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert published_steps(lines) == [10]
     _deepspeed_rank_files(saves / "global_step20")
     (saves / "latest").write_text("")  # open(..., 'w') truncates before it writes
-    w.scan(None)
+    w.scan(UNBOUNDED)
     _deepspeed_rank_files(saves / "global_step30")
     (saves / "latest").write_text("global_step30")
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert published_steps(lines) == [10, 30]  # 20 was never named by latest while watch looked
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert published_steps(lines) == [10, 30]
 
 
@@ -356,8 +357,8 @@ def test_hf_a_real_sharded_save_uploaded_state_first_waits_for_its_last_shard(tm
         shutil.copy(real / name, folder / name)
     w, lines = scanner(root, "hf")
     for i, name in enumerate(shards):
-        w.scan(None)
+        w.scan(UNBOUNDED)
         assert lines.out == [], f"published with {i} of {len(shards)} shards"
         shutil.copy(real / name, folder / name)
-    w.scan(None)
+    w.scan(UNBOUNDED)
     assert published_steps(lines) == [8]

@@ -179,15 +179,13 @@ def hostile() -> Iterator[Callable[[Reply], tuple[Hostile, str]]]:
 KEY_ID, SECRET = "HOSTILEKEY000001", "hostile-secret-000001"
 
 
-def store(endpoint: str, timeout: float = 20) -> S3Store:
+def store(endpoint: str) -> S3Store:
     creds = Credentials(KEY_ID, SECRET, endpoint=endpoint, region="us-east-1")
-    s = S3Store(BUCKET, PREFIX, creds, proxy=None, env={}, sleep=lambda s: None)
-    s.begin(timeout)
-    return s
+    return S3Store(BUCKET, PREFIX, creds, proxy=None, env={}, sleep=lambda s: None)
 
 
-def s3client(endpoint: str, timeout: float = 20) -> S3Client:
-    return store(endpoint, timeout).client
+def s3client(endpoint: str) -> S3Client:
+    return store(endpoint).client
 
 
 def creds_dir(tmp: Path, endpoint: str) -> str:
@@ -326,7 +324,7 @@ def test_a_common_prefix_that_is_not_one_element_below_is_an_error(
 
     _, url = hostile(reply)
     with pytest.raises(StoreError) as e:
-        store(url).list_folders("exec")
+        store(url).list_folders(Deadline(20), "exec")
     assert str(e.value) == f"store: list s3://hostile/run/exec/: the store returned {why}"
 
 
@@ -339,8 +337,8 @@ def test_keys_under_the_prefix_are_listed(hostile: Callable[[Reply], tuple[Hosti
 
     _, url = hostile(reply)
     s = store(url)
-    assert s.list_entries() == [entry(1)]
-    assert s.list_folders("exec") == ["A", "B"]
+    assert s.list_entries(Deadline(20)) == [entry(1)]
+    assert s.list_folders(Deadline(20), "exec") == ["A", "B"]
 
 
 # ------------------------------------------------------------------------------ bodies without end
@@ -354,7 +352,7 @@ def test_an_endless_list_body_is_refused_at_the_cap(
     with pytest.raises(
         StoreError, match=rf"list s3://hostile/run/pub/: the answer is more than {LIST_LIMIT} bytes"
     ):
-        store(url).list_entries()
+        store(url).list_entries(Deadline(20))
     assert srv.sent < READ_AT_MOST
     assert srv.kinds() == ["LIST"]  # refused, never sent again
 
@@ -368,7 +366,7 @@ def test_a_huge_content_length_is_refused_before_reading(
         StoreError,
         match=rf"list s3://hostile/run/pub/: the answer is 10000000000 bytes, over the limit of {LIST_LIMIT}",
     ):
-        store(url).list_entries()
+        store(url).list_entries(Deadline(20))
     assert time.monotonic() - t0 < 10
     assert srv.kinds() == ["LIST"]
 
@@ -408,7 +406,7 @@ def test_an_endless_503_is_sent_again_like_any_503(hostile: Callable[[Reply], tu
             h.answer(200, listing([f"{PREFIX}/pub/{entry(1)}"]))
 
     srv, url = hostile(reply)
-    assert store(url).list_entries() == [entry(1)]
+    assert store(url).list_entries(Deadline(20)) == [entry(1)]
     assert srv.kinds() == ["LIST", "LIST", "LIST"]
     assert srv.sent < READ_AT_MOST
 
@@ -453,7 +451,7 @@ def test_a_repeated_continuation_token_is_an_error(hostile: Callable[[Reply], tu
     with pytest.raises(
         StoreError, match="list s3://hostile/run/pub/: the store sent a continuation token it had sent before"
     ):
-        store(url, timeout=5).list_entries()
+        store(url).list_entries(Deadline(5))
     assert srv.kinds() == ["LIST", "LIST"]
 
 
@@ -464,14 +462,14 @@ def test_a_token_cycle_is_an_error(hostile: Callable[[Reply], tuple[Hostile, str
 
     srv, url = hostile(reply)
     with pytest.raises(StoreError, match="continuation token it had sent before"):
-        store(url, timeout=5).list_entries()
+        store(url).list_entries(Deadline(5))
     assert len(srv.seen) == 3
 
 
 def test_is_truncated_without_a_token_is_an_error(hostile: Callable[[Reply], tuple[Hostile, str]]) -> None:
     srv, url = hostile(lambda h, req: h.answer(200, listing(truncated="true")))
     with pytest.raises(StoreError, match="truncated listing without a token"):
-        store(url).list_entries()
+        store(url).list_entries(Deadline(20))
     assert len(srv.seen) == 1
 
 

@@ -12,6 +12,7 @@ from typing import Callable
 import pytest
 
 from publish import layout
+from publish.deadline import UNBOUNDED
 from publish.errors import Failure
 from publish.stores.base import Removal
 from publish.stores.posix import PosixStore
@@ -91,15 +92,15 @@ def test_entries_are_created_and_removed_through_pub_as_it_was_opened(root: Path
     outside.mkdir()
     store = PosixStore(str(root))
     name = layout.name(0, 1, "exec/A/checkpoint-1")
-    store.create_entry(name)
-    store.check_root()
+    store.create_entry(UNBOUNDED, name)
+    store.check_root(UNBOUNDED)
     os.rename(root / "pub", tmp_path / "old-pub")
     (root / "pub").symlink_to(outside)
     (outside / name).write_bytes(b"")
     for call in (
-        lambda: store.create_entry(layout.name(0, 2, "exec/A/checkpoint-2")),
-        lambda: store.remove_entries([name]),
-        store.list_entries,
+        lambda: store.create_entry(UNBOUNDED, layout.name(0, 2, "exec/A/checkpoint-2")),
+        lambda: store.remove_entries(UNBOUNDED, [name]),
+        lambda: store.list_entries(UNBOUNDED),
     ):
         with pytest.raises(Failure, match=f"^{root}/pub is a symbolic link$"):
             call()
@@ -110,19 +111,19 @@ def test_exec_swapped_for_a_link_after_the_check_is_refused_by_every_read(root: 
     outside = outside_with_entries(tmp_path)
     (root / "exec" / "A" / "checkpoint-1").mkdir(parents=True)
     store = PosixStore(str(root))
-    store.check_root()
+    store.check_root(UNBOUNDED)
     os.rename(root / "exec", tmp_path / "old-exec")
     (root / "exec").symlink_to(outside)
     for call in (
-        lambda: store.list_folders("exec"),
-        lambda: store.list_folders("exec/A"),
-        lambda: store.holds("exec/A/checkpoint-1"),
-        lambda: store.read("exec/A/checkpoint-1/trainer_state.json", 10),
-        lambda: store.exists("exec/A/checkpoint-1/.metadata"),
+        lambda: store.list_folders(UNBOUNDED, "exec"),
+        lambda: store.list_folders(UNBOUNDED, "exec/A"),
+        lambda: store.holds(UNBOUNDED, "exec/A/checkpoint-1"),
+        lambda: store.read(UNBOUNDED, "exec/A/checkpoint-1/trainer_state.json", 10),
+        lambda: store.exists(UNBOUNDED, "exec/A/checkpoint-1/.metadata"),
     ):
         with pytest.raises(Failure, match=f"^{root}/exec is a symbolic link$"):
             call()
-    assert store.remove_folder("exec/A/checkpoint-1") == Removal(False, link="exec")
+    assert store.remove_folder(UNBOUNDED, "exec/A/checkpoint-1") == Removal(False, link="exec")
     assert (outside / "A" / "checkpoint-1" / "model.bin").exists()
 
 
@@ -205,12 +206,21 @@ def test_store_refuses_markers_that_are_not_regular_files(root: Path, tmp_path: 
     (folder / "regular").write_bytes(b"x")
     (folder / "link").symlink_to(folder / "regular")
     for name, what in [("fifo", "a FIFO"), ("dir", "a directory"), ("link", "a symbolic link")]:
-        for call in (store.exists, lambda p: store.read(p, 10)):
+        for call in (lambda p: store.exists(UNBOUNDED, p), lambda p: store.read(UNBOUNDED, p, 10)):
             with pytest.raises(Failure, match=f"^{folder}/{name} is {what}, not a regular file$"):
                 call(f"exec/A/step-1/{name}")
-    assert store.exists("exec/A/step-1/regular") and store.read("exec/A/step-1/regular", 1) == b"x"
-    assert not store.exists("exec/A/step-1/missing") and store.read("exec/A/step-1/missing", 1) is None
-    assert not store.exists("exec/A/regular/x") and store.read("exec/A/step-1/regular/x", 1) is None
+    assert (
+        store.exists(UNBOUNDED, "exec/A/step-1/regular")
+        and store.read(UNBOUNDED, "exec/A/step-1/regular", 1) == b"x"
+    )
+    assert (
+        not store.exists(UNBOUNDED, "exec/A/step-1/missing")
+        and store.read(UNBOUNDED, "exec/A/step-1/missing", 1) is None
+    )
+    assert (
+        not store.exists(UNBOUNDED, "exec/A/regular/x")
+        and store.read(UNBOUNDED, "exec/A/step-1/regular/x", 1) is None
+    )
 
 
 def test_hf_state_through_a_linked_saves_folder_is_still_read(root: Path, tmp_path: Path) -> None:
@@ -221,8 +231,8 @@ def test_hf_state_through_a_linked_saves_folder_is_still_read(root: Path, tmp_pa
     (root / "exec").mkdir()
     (root / "exec" / "A").symlink_to(tmp_path / "real")
     store = PosixStore(str(root))
-    assert store.list_folders("exec/A") == ["checkpoint-3"]
-    assert store.read("exec/A/checkpoint-3/trainer_state.json", 1 << 20) == real_state(3)
+    assert store.list_folders(UNBOUNDED, "exec/A") == ["checkpoint-3"]
+    assert store.read(UNBOUNDED, "exec/A/checkpoint-3/trainer_state.json", 1 << 20) == real_state(3)
 
 
 # --- Removal: a file, links inside, a deep tree, few descriptors --------------------------------------------
@@ -234,12 +244,12 @@ def test_a_save_that_is_one_file_is_unlinked(root: Path, tmp_path: Path) -> None
     (root / "exec" / "A" / "epoch=1-step=10.ckpt").write_bytes(b"w")
     (tmp_path / "target.ckpt").write_bytes(b"keep")
     (root / "exec" / "A" / "linked.ckpt").symlink_to(tmp_path / "target.ckpt")
-    assert store.remove_folder("exec/A/epoch=1-step=10.ckpt") == Removal(True)
+    assert store.remove_folder(UNBOUNDED, "exec/A/epoch=1-step=10.ckpt") == Removal(True)
     assert not (root / "exec" / "A" / "epoch=1-step=10.ckpt").exists()
-    assert store.remove_folder("exec/A/linked.ckpt") == Removal(False, link="exec/A/linked.ckpt")
+    assert store.remove_folder(UNBOUNDED, "exec/A/linked.ckpt") == Removal(False, link="exec/A/linked.ckpt")
     assert (tmp_path / "target.ckpt").read_bytes() == b"keep"
     (root / "exec" / "A" / "plain").write_bytes(b"")
-    assert store.remove_folder("exec/A/plain/x") == Removal(False)
+    assert store.remove_folder(UNBOUNDED, "exec/A/plain/x") == Removal(False)
 
 
 def test_links_and_fifos_inside_a_folder_are_unlinked_never_followed(root: Path, tmp_path: Path) -> None:
@@ -254,7 +264,7 @@ def test_links_and_fifos_inside_a_folder_are_unlinked_never_followed(root: Path,
     (folder / "a" / "b" / "dangling").symlink_to(tmp_path / "nowhere")
     os.mkfifo(folder / "a" / "fifo")
     (folder / "w").write_bytes(b"w")
-    assert PosixStore(str(root)).remove_folder("exec/A/checkpoint-1") == Removal(True)
+    assert PosixStore(str(root)).remove_folder(UNBOUNDED, "exec/A/checkpoint-1") == Removal(True)
     assert not folder.exists() and (root / "exec" / "A").is_dir()
     assert snapshot(precious) == ["file", "sub", "sub/data"]
 
@@ -284,9 +294,10 @@ def remove_deep_tree(root: Path) -> None:
     os.close(fd)
     code = (
         "import resource, sys\n"
+        "from publish.deadline import UNBOUNDED\n"
         "from publish.stores.posix import PosixStore\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (40, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
-        "print(PosixStore(sys.argv[1]).remove_folder('exec/A/checkpoint-1'))\n"
+        "print(PosixStore(sys.argv[1]).remove_folder(UNBOUNDED, 'exec/A/checkpoint-1'))\n"
     )
     try:
         proc = subprocess.run(
@@ -343,7 +354,7 @@ def test_a_folder_replaced_by_another_between_check_and_open_is_an_error_and_bot
     with pytest.raises(
         Failure, match=f"^{folder}: could not remove: it was replaced while it was being removed$"
     ):
-        PosixStore(str(root)).remove_folder("exec/A/checkpoint-1")
+        PosixStore(str(root)).remove_folder(UNBOUNDED, "exec/A/checkpoint-1")
     assert swapped and (tmp_path / "first" / "w").exists() and (folder / "other").exists()
 
 
@@ -362,6 +373,6 @@ def test_a_folder_inside_swapped_for_a_link_after_its_check_is_unlinked_not_foll
         p.symlink_to(precious)
 
     swapped = swap_after_lstat(monkeypatch, folder / "inner" / "sub", replace)
-    assert PosixStore(str(root)).remove_folder("exec/A/checkpoint-1") == Removal(True)
+    assert PosixStore(str(root)).remove_folder(UNBOUNDED, "exec/A/checkpoint-1") == Removal(True)
     assert swapped and not folder.exists()
     assert (precious / "data").read_bytes() == b"keep" and (tmp_path / "moved" / "w").exists()

@@ -9,6 +9,7 @@ from typing import Callable
 import pytest
 
 from publish import layout
+from publish.deadline import UNBOUNDED
 from publish.errors import Failure
 from publish.stores.posix import PosixStore
 from tests.store_contract import StoreContract
@@ -40,32 +41,32 @@ class TestPosixStore(StoreContract):
 
 def test_missing_root_fails(tmp_path: Path) -> None:
     with pytest.raises(Failure, match="does not exist"):
-        PosixStore(str(tmp_path / "nope")).check_root()
+        PosixStore(str(tmp_path / "nope")).check_root(UNBOUNDED)
 
 
 def test_file_root_fails(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("")
     with pytest.raises(Failure, match="is not a directory"):
-        PosixStore(str(tmp_path / "f")).check_root()
+        PosixStore(str(tmp_path / "f")).check_root(UNBOUNDED)
 
 
 def test_root_may_be_a_link(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
-    PosixStore(str(tmp_path / "link")).check_root()
+    PosixStore(str(tmp_path / "link")).check_root(UNBOUNDED)
 
 
 def test_entry_name_over_255_bytes_is_refused_and_nothing_is_created(store: PosixStore, root: Path) -> None:
     name = layout.name(0, 1, "exec/A/" + "x" * 200)
     assert len(name) > 255
     with pytest.raises(Failure, match="too long"):
-        store.create_entry(name)
+        store.create_entry(UNBOUNDED, name)
     assert not (root / "pub").exists() or list((root / "pub").iterdir()) == []
 
 
 def test_entry_is_an_empty_file(store: PosixStore, root: Path) -> None:
     name = layout.name(0, 1, "exec/A/checkpoint-1")
-    store.create_entry(name)
+    store.create_entry(UNBOUNDED, name)
     assert (root / "pub" / name).stat().st_size == 0
 
 
@@ -81,18 +82,18 @@ def test_create_entry_fsyncs_file_and_pub(
 
     monkeypatch.setattr(os, "fsync", spy)
     name = layout.name(0, 1, "exec/A/checkpoint-1")
-    store.create_entry(name)
+    store.create_entry(UNBOUNDED, name)
     assert str(root / "pub" / name) in synced
     assert str(root / "pub") in synced
 
 
 def test_remove_entries_fsyncs_pub(store: PosixStore, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     name = layout.name(0, 1, "exec/A/checkpoint-1")
-    store.create_entry(name)
+    store.create_entry(UNBOUNDED, name)
     synced: list[str] = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
-    store.remove_entries([name])
+    store.remove_entries(UNBOUNDED, [name])
     assert synced == [str(root / "pub")]
 
 
@@ -102,7 +103,7 @@ def test_remove_folder_with_link_on_its_path_is_left(store: PosixStore, root: Pa
     (outside / "checkpoint-1" / "w").write_text("keep")
     (root / "exec").mkdir()
     (root / "exec" / "A").symlink_to(outside)
-    result = store.remove_folder("exec/A/checkpoint-1")
+    result = store.remove_folder(UNBOUNDED, "exec/A/checkpoint-1")
     assert result == type(result)(False, link="exec/A")
     assert (outside / "checkpoint-1" / "w").read_text() == "keep"
 
@@ -112,7 +113,7 @@ def test_remove_folder_that_is_a_link_is_left(store: PosixStore, root: Path, tmp
     target.mkdir()
     (root / "exec" / "A").mkdir(parents=True)
     (root / "exec" / "A" / "checkpoint-1").symlink_to(target)
-    assert store.remove_folder("exec/A/checkpoint-1").link == "exec/A/checkpoint-1"
+    assert store.remove_folder(UNBOUNDED, "exec/A/checkpoint-1").link == "exec/A/checkpoint-1"
     assert target.is_dir()
 
 
@@ -123,7 +124,7 @@ def test_link_inside_a_folder_is_removed_not_followed(store: PosixStore, root: P
     folder = root / "exec" / "A" / "checkpoint-1"
     folder.mkdir(parents=True)
     (folder / "link").symlink_to(target)
-    assert store.remove_folder("exec/A/checkpoint-1").removed
+    assert store.remove_folder(UNBOUNDED, "exec/A/checkpoint-1").removed
     assert not folder.exists()
     assert (target / "data").read_text() == "keep"
 
@@ -131,7 +132,7 @@ def test_link_inside_a_folder_is_removed_not_followed(store: PosixStore, root: P
 def test_pub_that_is_a_file_is_an_error(store: PosixStore, root: Path) -> None:
     (root / "pub").write_text("")
     with pytest.raises(Failure, match="pub is not a directory"):
-        store.list_entries()
+        store.list_entries(UNBOUNDED)
 
 
 def test_read_at_most_reads_whole_files_up_to_the_limit(tmp_path: Path) -> None:

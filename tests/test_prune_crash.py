@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from publish import layout
+from publish.deadline import UNBOUNDED
 from publish.stores.posix import PosixStore
 from publish.verbs import Say
 from publish.verbs.prune import plan, prune
@@ -196,13 +197,15 @@ def test_a_prune_cut_at_every_step_is_finished_by_the_next(tmp_path: Path) -> No
         want = reference(tmp_path, keep)
         root, outside = build(tmp_path, f"count-{keep}")
         full = Cut(PosixStore(str(root)), 10**9)
-        prune(full, Say(lambda s: None, lambda s: None), keep)  # type: ignore[arg-type]
+        prune(UNBOUNDED, full, Say(lambda s: None, lambda s: None), keep)  # type: ignore[arg-type]
         steps = full.steps
         assert steps > 20
         for budget in range(steps + 1):
             root, outside = build(tmp_path, f"cut-{keep}-{budget}")
             try:
-                prune(Cut(PosixStore(str(root)), budget), Say(lambda s: None, lambda s: None), keep)  # type: ignore[arg-type]
+                prune(
+                    UNBOUNDED, Cut(PosixStore(str(root)), budget), Say(lambda s: None, lambda s: None), keep
+                )  # type: ignore[arg-type]
             except Killed:
                 assert budget < steps
             code, _, err = run(*prune_args(root, keep))

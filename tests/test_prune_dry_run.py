@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from publish import layout
+from publish.deadline import UNBOUNDED
 from publish.stores.posix import PosixStore
 from publish.verbs import Say
 from publish.verbs.prune import prune
@@ -32,7 +33,7 @@ def cut_prune(root: Path, keep: int, budget: int) -> None:
     """Leave ``root`` as a prune killed after ``budget`` steps leaves it (tombstones pending)."""
     say = Say(lambda _: None, lambda _: None)
     with contextlib.suppress(Killed):
-        prune(Cut(PosixStore(str(root)), budget), say, keep)  # type: ignore[arg-type]
+        prune(UNBOUNDED, Cut(PosixStore(str(root)), budget), say, keep)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("keep", [1, 2, 4, 40])

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from publish import layout
+from publish.deadline import UNBOUNDED
 from publish.errors import Failure
 from publish.stores.base import Removal
 from publish.stores.posix import PosixStore
@@ -84,7 +85,7 @@ def test_remove_folder_never_follows_a_parent_swapped_for_a_link(racer: Racer, s
         canary(outside, t)
         racer.start(attempt, root / "L")
         try:
-            result = store.remove_folder(f"exec/A/checkpoint-{t}")
+            result = store.remove_folder(UNBOUNDED, f"exec/A/checkpoint-{t}")
         except Failure as e:
             failures.append(e)
             continue
@@ -116,7 +117,7 @@ def test_remove_folder_never_follows_the_folder_swapped_for_a_link(racer: Racer,
         folder = attempt / f"checkpoint-{t}"
         racer.start(folder, link)
         try:
-            results.append(store.remove_folder(f"exec/A/checkpoint-{t}"))
+            results.append(store.remove_folder(UNBOUNDED, f"exec/A/checkpoint-{t}"))
         except Failure as e:
             failures.append(e)
         finally:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from publish import layout
+from publish.deadline import Deadline
 from publish.errors import Failure
 from publish.stores.posix import PosixStore
 from publish.stores.s3 import S3Store
@@ -89,9 +90,9 @@ def test_the_newest_existing_save_costs_one_check(root: Path, monkeypatch: pytes
     checked: list[str] = []
     holds = PosixStore.holds
 
-    def counting(self: PosixStore, path: str) -> bool:
+    def counting(self: PosixStore, dl: Deadline, path: str) -> bool:
         checked.append(path)
-        return holds(self, path)
+        return holds(self, dl, path)
 
     monkeypatch.setattr(PosixStore, "holds", counting)
     r = run_cli("resolve", "-checkpoint", str(root))
@@ -116,7 +117,7 @@ def test_a_failing_hint_changes_neither_answer_nor_exit_code(
     need(command() is None, "makes exec/ unreadable in the in-process command")
     (root / "exec/A/checkpoint-1").mkdir(parents=True)
 
-    def unreadable(self: PosixStore, path: str) -> list[str]:
+    def unreadable(self: PosixStore, dl: Deadline, path: str) -> list[str]:
         raise Failure(f"{self.location(path)}: Permission denied")
 
     monkeypatch.setattr(PosixStore, "list_folders", unreadable)
@@ -218,15 +219,13 @@ def test_s3_holds_whatever_else_shares_the_prefix(s3root: Root, objects: list[st
     for key in objects:
         s3root.put(key, b"x")
     store = S3Store(s3root.bucket, s3root.prefix, s3root.server.credentials(), proxy=None, env={})
-    store.begin(30)
-    assert store.holds("exec/A/c") is there
+    assert store.holds(Deadline(30), "exec/A/c") is there
 
 
 def proxied_store(weed: Weed, fault_proxy: FaultProxy, prefix: str) -> S3Store:
     store = S3Store(
         weed.shared_bucket(), prefix, weed.credentials(endpoint=fault_proxy.endpoint), proxy=None, env={}
     )
-    store.begin(30)
     return store
 
 
@@ -250,7 +249,7 @@ def test_s3_the_existence_check_costs_one_list_in_the_usual_cases(
         s3.put_object(Bucket=weed.shared_bucket(), Key=f"{prefix}/{key}", Body=b"x")
     store = proxied_store(weed, fault_proxy, prefix)
     fault_proxy.reset()
-    store.holds("exec/A/c")
+    store.holds(Deadline(30), "exec/A/c")
     assert (fault_proxy.count("LIST"), fault_proxy.count("HEAD")) == (lists, heads)
     assert fault_proxy.count() == lists + heads
     first = fault_proxy.seen[0]

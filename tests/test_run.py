@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from publish import layout
+from publish.deadline import UNBOUNDED
 from publish.errors import Failure
 from publish.verbs import run as run_verb
 from tests.conftest import REPO, base_env, run_cli
@@ -355,7 +356,7 @@ def test_on_slurm_a_signal_is_passed_on_and_the_job_requeued_only_while_it_runs(
         return child
 
     code = run_verb.run(
-        PosixStore(str(root)), Say(out.append, err.append), FRAMEWORKS["hf"], "a", 1, command,
+        UNBOUNDED, PosixStore(str(root)), Say(out.append, err.append), FRAMEWORKS["hf"], "a", 1, command,
         env=base_env(), root=str(root), interval=0.1, timeout=10, signals=signals, requeue=True,
         launch=launch, batch=batch,
     )  # fmt: skip

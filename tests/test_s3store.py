@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 
 from publish import layout
 from publish.credentials import Credentials
+from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import StoreError
 from publish.stores.s3 import PROBE_NAME, S3Store
 from tests.fault_proxy import FaultProxy, Respond
@@ -124,7 +126,7 @@ def test_entries_are_empty_objects_under_pub_seen_by_boto3(
 ) -> None:
     store = make_store(server, bucket, prefix)
     name = layout.name(3, 40, "exec/A/checkpoint-40")
-    assert store.create_entry(name)
+    assert store.create_entry(UNBOUNDED, name)
     obj = server.client().get_object(Bucket=bucket, Key=f"{prefix}/pub/{name}")
     assert obj["Body"].read() == b""
 
@@ -134,15 +136,33 @@ def test_pub_folder_object_and_deeper_keys(server: S3Server, bucket: str, prefix
     c.put_object(Bucket=bucket, Key=f"{prefix}/pub/", Body=b"")
     c.put_object(Bucket=bucket, Key=f"{prefix}/pub/a/b", Body=b"")
     c.put_object(Bucket=bucket, Key=f"{prefix}/pubx", Body=b"")
-    assert make_store(server, bucket, prefix).list_entries() == ["a/b"]
+    assert make_store(server, bucket, prefix).list_entries(UNBOUNDED) == ["a/b"]
 
 
 def test_holds_the_object_itself(server: S3Server, bucket: str, prefix: str) -> None:
     server.client().put_object(Bucket=bucket, Key=f"{prefix}/exec/A/file", Body=b"1")
     store = make_store(server, bucket, prefix)
-    assert store.holds("exec/A/file")
-    assert store.holds("exec/A")
-    assert not store.holds("exec/A/fil")
+    assert store.holds(UNBOUNDED, "exec/A/file")
+    assert store.holds(UNBOUNDED, "exec/A")
+    assert not store.holds(UNBOUNDED, "exec/A/fil")
+
+
+def test_each_call_keeps_its_own_deadline(server: S3Server, bucket: str, prefix: str) -> None:
+    """A store holds no deadline of its own: calls of two scans interleaved on one store, one scan's
+    deadline passed and the other's fresh, each fail or succeed by the deadline handed to them."""
+    store = make_store(server, bucket, prefix)
+    now = [0.0]
+    passed = Deadline(5, clock=lambda: now[0])  # the first scan's, made first
+    now[0] = 6.0
+    fresh = Deadline(30)  # the second scan's, made after
+    timed_out = f"^store: list {re.escape(store.root)}/pub/: " + r"timed out \(the time given was 5s\)$"
+    name = layout.name(0, 1, "exec/A/checkpoint-1")
+    assert store.create_entry(fresh, name)
+    with pytest.raises(StoreError, match=timed_out):
+        store.list_entries(passed)
+    assert store.list_entries(fresh) == [name]
+    with pytest.raises(StoreError, match=timed_out):
+        store.list_entries(passed)
 
 
 def test_listing_more_than_a_page(weed: Weed) -> None:
@@ -151,7 +171,7 @@ def test_listing_more_than_a_page(weed: Weed) -> None:
     names = {layout.name(0, i, f"exec/A/checkpoint-{i}") for i in range(1005)}
     weed.put_many(bucket, (f"{prefix}/pub/{n}" for n in names))
     store.client.sent.clear()
-    assert sorted(store.list_entries()) == sorted(names)
+    assert sorted(store.list_entries(UNBOUNDED)) == sorted(names)
     assert store.client.sent["list"] == 2
 
 
@@ -161,7 +181,7 @@ def test_remove_folder_in_batches_of_1000(weed: Weed) -> None:
     weed.put_many(bucket, (f"{prefix}/exec/A/s-1/f{i}" for i in range(1001)))
     weed.client().put_object(Bucket=bucket, Key=f"{prefix}/exec/A/s-10/keep", Body=b"k")
     store.client.sent.clear()
-    assert store.remove_folder("exec/A/s-1").removed
+    assert store.remove_folder(UNBOUNDED, "exec/A/s-1").removed
     assert store.client.sent["delete-objects"] == 2
     assert keys(weed, bucket, prefix) == [f"{prefix}/exec/A/s-10/keep"]
 
@@ -177,7 +197,7 @@ def test_probe_on_a_store_that_honours_conditional_writes(
     store = make_store(
         weed, bucket, prefix, creds=weed.credentials(endpoint=fault_proxy.endpoint), token=lambda: "ab12"
     )
-    store.probe()
+    store.probe(UNBOUNDED)
     assert [r.kind for r in fault_proxy.seen] == ["PUT", "GET", "PUT_IF_NONE_MATCH", "LIST", "DELETE"]
     assert fault_proxy.seen[0].path == f"/{bucket}/{prefix}/{PROBE_NAME}ab12"
     assert fault_proxy.seen[3].query["prefix"] == f"{prefix}/pub/"
@@ -205,7 +225,7 @@ def test_probe_names_the_step_that_failed(
     store = make_store(weed, bucket, prefix, creds=weed.credentials(endpoint=fault_proxy.endpoint))
     fault_proxy.add(Respond(403, "AccessDenied", "Access Denied."), **rule)
     with pytest.raises(StoreError) as e:
-        store.probe()
+        store.probe(UNBOUNDED)
     assert str(e.value).startswith("store: " + says)
     assert "AccessDenied" in str(e.value)
 
@@ -218,7 +238,7 @@ def test_probe_says_when_a_second_conditional_write_succeeds(
     store = make_store(weed, bucket, prefix, creds=weed.credentials(endpoint=fault_proxy.endpoint))
     fault_proxy.add(Respond(200), kind="PUT_IF_NONE_MATCH")
     with pytest.raises(StoreError, match="probe: conditional write: .*does not honour conditional writes"):
-        store.probe()
+        store.probe(UNBOUNDED)
     assert fault_proxy.count("PUT") + fault_proxy.count("PUT_IF_NONE_MATCH") == 2
 
 
@@ -232,12 +252,12 @@ def test_probe_says_when_conditional_writes_are_not_implemented(
         Respond(501, "NotImplemented", "A header you provided is not implemented"), kind="PUT_IF_NONE_MATCH"
     )
     with pytest.raises(StoreError, match="probe: conditional write: .*does not honour conditional writes"):
-        store.probe()
+        store.probe(UNBOUNDED)
 
 
 def test_probe_on_moto(moto_s3: S3Server) -> None:
     bucket = moto_s3.create_bucket()
-    make_store(moto_s3, bucket, "").probe()
+    make_store(moto_s3, bucket, "").probe(UNBOUNDED)
     assert moto_s3.client().list_objects_v2(Bucket=bucket)["KeyCount"] == 0
 
 
@@ -272,11 +292,11 @@ def test_a_rotated_key_is_renewed_and_the_request_sent_again(rotating: tuple[Wee
     new = weed.credentials(access_key_id="ROTATEKEY0000002", secret_access_key="rotate-secret-2")
     renew = Renewer(new)
     store = make_store(weed, bucket, prefix, creds=old, renew=renew)
-    assert store.create_entry(layout.name(0, 1, "exec/A/checkpoint-1"))
+    assert store.create_entry(UNBOUNDED, layout.name(0, 1, "exec/A/checkpoint-1"))
     weed.set_identity("rotating", "ROTATEKEY0000002", "rotate-secret-2")
-    assert store.create_entry(layout.name(0, 2, "exec/A/checkpoint-2"))
+    assert store.create_entry(UNBOUNDED, layout.name(0, 2, "exec/A/checkpoint-2"))
     assert renew.codes == ["InvalidAccessKeyId"]
-    assert len(store.list_entries()) == 2
+    assert len(store.list_entries(UNBOUNDED)) == 2
 
 
 def test_a_refused_head_is_recognised_as_a_rotated_key(rotating: tuple[Weed, str, str]) -> None:
@@ -287,7 +307,7 @@ def test_a_refused_head_is_recognised_as_a_rotated_key(rotating: tuple[Weed, str
     renew = Renewer(new)
     store = make_store(weed, bucket, prefix, creds=old, renew=renew)
     weed.set_identity("rotating", "ROTATEKEY0000003", "rotate-secret-3")
-    assert store.exists("exec/A/step-1/.metadata")
+    assert store.exists(UNBOUNDED, "exec/A/step-1/.metadata")
     assert renew.codes == ["InvalidAccessKeyId"]
 
 
@@ -295,7 +315,7 @@ def test_without_renew_the_first_refusal_fails(rotating: tuple[Weed, str, str]) 
     weed, bucket, prefix = rotating
     creds = weed.credentials(access_key_id="NOSUCHKEY0000001", secret_access_key="x")
     with pytest.raises(StoreError, match=r"^store: list s3://.*/pub/: InvalidAccessKeyId") as e:
-        make_store(weed, bucket, prefix, creds=creds).list_entries()
+        make_store(weed, bucket, prefix, creds=creds).list_entries(UNBOUNDED)
     assert e.value.code == "InvalidAccessKeyId"
 
 
@@ -304,7 +324,7 @@ def test_a_second_refusal_fails(rotating: tuple[Weed, str, str]) -> None:
     bad = weed.credentials(access_key_id="NOSUCHKEY0000001", secret_access_key="secret-value-1")
     renew = Renewer(weed.credentials(access_key_id="NOSUCHKEY0000002", secret_access_key="secret-value-2"))
     with pytest.raises(StoreError, match="InvalidAccessKeyId") as e:
-        make_store(weed, bucket, prefix, creds=bad, renew=renew).list_entries()
+        make_store(weed, bucket, prefix, creds=bad, renew=renew).list_entries(UNBOUNDED)
     assert renew.codes == ["InvalidAccessKeyId"]
     assert "NOSUCHKEY" not in str(e.value) and "secret-value" not in str(e.value)
 
@@ -322,7 +342,7 @@ def test_renewal_to_another_endpoint_or_region_fails(
     ):
         renew = Renewer(weed.credentials(**{"endpoint": fault_proxy.endpoint, **changed}))
         with pytest.raises(StoreError, match=says):
-            make_store(weed, bucket, prefix, creds=creds, renew=renew).list_entries()
+            make_store(weed, bucket, prefix, creds=creds, renew=renew).list_entries(UNBOUNDED)
         assert renew.codes == ["ExpiredToken"]
 
 
@@ -333,7 +353,7 @@ def test_expired_token_once_is_renewed(weed: Weed, fault_proxy: FaultProxy) -> N
     store = make_store(
         weed, bucket, prefix, creds=weed.credentials(endpoint=fault_proxy.endpoint), renew=renew
     )
-    assert store.create_entry(layout.name(0, 1, "exec/A/checkpoint-1"))
+    assert store.create_entry(UNBOUNDED, layout.name(0, 1, "exec/A/checkpoint-1"))
     assert renew.codes == ["ExpiredToken"]
     assert fault_proxy.count("PUT_IF_NONE_MATCH") == 2
 
@@ -348,4 +368,4 @@ def test_a_renewer_that_fails_stops_the_request(weed: Weed, fault_proxy: FaultPr
         weed, bucket, prefix, creds=weed.credentials(endpoint=fault_proxy.endpoint), renew=renew
     )
     with pytest.raises(CredentialsError, match="no source answered"):
-        store.list_entries()
+        store.list_entries(UNBOUNDED)

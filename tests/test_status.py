@@ -9,6 +9,7 @@ from typing import Any, Callable
 import pytest
 
 from publish import layout
+from publish.deadline import Deadline
 from publish.errors import Failure
 from publish.stores.posix import PosixStore
 from publish.verbs import status as status_module
@@ -279,10 +280,10 @@ def test_an_attempt_that_cannot_be_read_is_reported(tmp_path: Path, monkeypatch:
     root = posix_root(tmp_path)
     real = PosixStore.list_folders
 
-    def list_folders(self: PosixStore, path: str) -> list[str]:
+    def list_folders(self: PosixStore, dl: Deadline, path: str) -> list[str]:
         if path == "exec/B":
             raise Failure(f"{self.location(path)}: Permission denied")
-        return real(self, path)
+        return real(self, dl, path)
 
     monkeypatch.setattr(PosixStore, "list_folders", list_folders)
     d = doc(run_cli("status", "-checkpoint", str(root), "-json"))

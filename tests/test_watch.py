@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from publish import layout
+from publish.deadline import Deadline
 from publish.errors import Failure
 from publish.frameworks import FRAMEWORKS
 from publish.stores.posix import PosixStore
@@ -175,9 +176,9 @@ class HangingReads:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def read(self, path: str, limit: int) -> bytes | None:
+    def read(self, dl: Deadline, path: str, limit: int) -> bytes | None:
         self.release.wait(60)
-        return self.inner.read(path, limit)
+        return self.inner.read(dl, path, limit)
 
 
 def test_timeout_bounds_the_last_scan(root: Path) -> None:

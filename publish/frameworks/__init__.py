@@ -2,7 +2,7 @@
 
 Each module gives ``KIND`` (saves are ``"folders"`` or ``"files"``), ``step_of(name) -> str`` (the decimal
 step a save's name holds, or ``""``: a pure rule, no I/O, cheap to import since a POSIX resolve reads these
-names) and ``complete(store, path, step, note) -> bool`` (reads the save through the Store; ``note`` takes
+names) and ``complete(dl, store, path, step, note) -> bool`` (reads the save through the Store within ``dl``; ``note`` takes
 a hint for the user, said once per save).  A new framework is one module and a line in FRAMEWORKS.
 """
 
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Callable
 
+    from publish.deadline import Deadline
     from publish.stores.base import Store
 
 #: trainer_state.json over this is refused (kept here for the modules that import it from this package)
@@ -38,12 +39,14 @@ class Framework:
         step = int(text)
         return step if step < LIMIT else None
 
-    def complete(self, store: Store, path: str, step: int, note: Callable[[str], None] | None = None) -> bool:
+    def complete(
+        self, dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None] | None = None
+    ) -> bool:
         """True when the save at ``path`` is whole; False while it is still being written.
 
         Raises Failure when the save holds something that can never become whole (hf: a trainer_state.json
         that does not parse, or disagrees with the folder; dcp: a .metadata that is not a DCP one)."""
-        return bool(self._rules.complete(store, path, step, note or (lambda _: None)))
+        return bool(self._rules.complete(dl, store, path, step, note or (lambda _: None)))
 
 
 FRAMEWORKS = {

@@ -15,6 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
+    from publish.deadline import Deadline
     from publish.stores.base import Store
 
 KIND = "folders"
@@ -35,10 +36,10 @@ def _rank_metadata(name: str) -> bool:
     return name.startswith("__") and name.endswith(METADATA) and rank.isascii() and rank.isdigit()
 
 
-def complete(store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
+def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
     from publish import dcp_metadata
 
-    sizes = store.sizes(path)
+    sizes = store.sizes(dl, path)
     if METADATA not in sizes:
         if any(_rank_metadata(name) for name in sizes):
             note(
@@ -47,7 +48,7 @@ def complete(store: Store, path: str, step: int, note: Callable[[str], None]) ->
             )
         return False
     where = store.location(f"{path}/{METADATA}")
-    data = store.read(f"{path}/{METADATA}", dcp_metadata.LIMIT)
+    data = store.read(dl, f"{path}/{METADATA}", dcp_metadata.LIMIT)
     if data is None:
         return False
     try:

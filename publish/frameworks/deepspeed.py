@@ -16,6 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
+    from publish.deadline import Deadline
     from publish.stores.base import Store
 
 KIND = "folders"
@@ -30,9 +31,9 @@ def step_of(name: str) -> str:
     return digits if name.startswith(PREFIX) and layout.digits(digits) else ""
 
 
-def complete(store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
+def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
     saves, _, folder = path.rpartition("/")
-    data = store.read(f"{saves}/{LATEST}" if saves else LATEST, LATEST_LIMIT)
+    data = store.read(dl, f"{saves}/{LATEST}" if saves else LATEST, LATEST_LIMIT)
     if data is None:
         return False
     try:

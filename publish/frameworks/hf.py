@@ -16,6 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
+    from publish.deadline import Deadline
     from publish.stores.base import Store
 
 KIND = "folders"
@@ -30,12 +31,12 @@ def step_of(name: str) -> str:
     return digits if name.startswith("checkpoint-") and layout.digits(digits) else ""
 
 
-def complete(store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
+def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
     from publish import trainer_state
     from publish.redact import shown
 
     where = shown(store.location(path + "/trainer_state.json"))
-    data = store.read(path + "/trainer_state.json", STATE_LIMIT)
+    data = store.read(dl, path + "/trainer_state.json", STATE_LIMIT)
     if data is None:
         return False
     try:
@@ -51,16 +52,16 @@ def complete(store: Store, path: str, step: int, note: Callable[[str], None]) ->
         raise Failure(f"{where}: global_step {global_step!r} is not an integer")
     if global_step != step:
         raise Failure(f"{where}: global_step {global_step} disagrees with the folder's step {step}")
-    return all(_shards_present(store, path, index) for index in SHARD_INDEXES)
+    return all(_shards_present(dl, store, path, index) for index in SHARD_INDEXES)
 
 
-def _shards_present(store: Store, path: str, index: str) -> bool:
+def _shards_present(dl: Deadline, store: Store, path: str, index: str) -> bool:
     """True when the shard index ``index`` is absent, or every shard it names is there."""
     from publish import trainer_state
     from publish.redact import shown
 
     where = shown(store.location(f"{path}/{index}"))
-    data = store.read(f"{path}/{index}", INDEX_LIMIT)
+    data = store.read(dl, f"{path}/{index}", INDEX_LIMIT)
     if data is None:
         return True
     try:
@@ -77,4 +78,4 @@ def _shards_present(store: Store, path: str, index: str) -> bool:
         if not isinstance(shard, str) or not shard or not layout.clean_relative(shard):
             raise Failure(f"{where}: a shard {shard!r} is not a file name inside the save")
         shards.add(shard)
-    return all(store.exists(f"{path}/{shard}") for shard in sorted(shards))
+    return all(store.exists(dl, f"{path}/{shard}") for shard in sorted(shards))

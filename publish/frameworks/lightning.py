@@ -15,6 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
+    from publish.deadline import Deadline
     from publish.stores.base import Store
 
 KIND = "files"
@@ -42,14 +43,14 @@ def step_of(name: str) -> str:
     return found
 
 
-def complete(store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
+def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
     from publish import ziptail
 
-    size = store.size(path)
+    size = store.size(dl, path)
     if size is None:
         return False
 
     def read(offset: int, length: int) -> bytes:
-        return store.read_range(path, offset, length) or b""
+        return store.read_range(dl, path, offset, length) or b""
 
     return ziptail.whole(size, read)

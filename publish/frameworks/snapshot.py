@@ -8,6 +8,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
+    from publish.deadline import Deadline
     from publish.stores.base import Store
 
 KIND = "folders"
@@ -24,13 +25,13 @@ def step_of(name: str) -> str:
     return parsed[0] if parsed else ""
 
 
-def complete(store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
+def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
     from publish.snapshots import ready_matches  # the library's own rule; it imports torch only when loading
 
-    ready = store.read(path + "/READY", 16 * 1024)
+    ready = store.read(dl, path + "/READY", 16 * 1024)
     if ready is None or len(ready) > 256:
         return False
-    manifest = store.read(path + "/manifest.json", 1024 * 1024)
+    manifest = store.read(dl, path + "/manifest.json", 1024 * 1024)
     if manifest is None or len(manifest) > 16 * 1024 or not ready_matches(manifest, ready):
         return False
     # ready_matches checks the manifest's own rules; its step and id must also be the folder's.

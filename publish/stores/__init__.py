@@ -16,16 +16,17 @@ if TYPE_CHECKING:
     from typing import Callable
 
     from publish.credentials import Credentials
+    from publish.deadline import Deadline
     from publish.stores.base import Store
 
 
 class Opened:
     """A store, the credential source that answered (``""`` for POSIX), and the store's ``probe``
-    capability: the S3 preflight checks, ``None`` for a store that has none."""
+    capability: the S3 preflight checks (given the verb's deadline), ``None`` for a store that has none."""
 
     __slots__ = ("store", "source", "probe")
 
-    def __init__(self, store: Store, source: str, probe: Callable[[], None] | None) -> None:
+    def __init__(self, store: Store, source: str, probe: Callable[[Deadline], None] | None) -> None:
         self.store = store
         self.source = source
         self.probe = probe

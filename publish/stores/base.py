@@ -4,6 +4,8 @@ Paths given to a store are relative to the checkpoint root, ``/``-separated, alr
 or ``..`` element, no leading ``/``).  A *folder* is a POSIX directory, or on S3 every object whose key
 starts with ``PREFIX/<path>/``.  Every method raises :class:`publish.errors.Failure` (or its subclass
 :class:`publish.errors.StoreError`) naming the path or key at fault; none returns a partial answer.
+Every method but ``location`` takes first the :class:`publish.deadline.Deadline` of the work it is part of (a
+verb, one watch scan): S3 passes it to each request, POSIX ignores it.  A store keeps no state for a scan.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from typing import Protocol
+
+    from publish.deadline import Deadline
 else:
     Protocol = object
 
@@ -52,19 +56,14 @@ class Store(Protocol):
         """``<root>/<path>``: the path or URL a user sees for ``path``."""
         ...
 
-    def begin(self, timeout: float | None) -> None:
-        """Start one bounded piece of work (a verb, or one watch scan): requests made from now until the next
-        ``begin`` share ``timeout`` seconds (None: no bound).  POSIX stores ignore it."""
-        ...
-
-    def check_root(self) -> None:
+    def check_root(self, dl: Deadline) -> None:
         """Fail unless the root is usable: a POSIX root must exist as a directory, and its pub/ and exec/, where
         they exist, be real directories (not links).  S3 sends nothing."""
         ...
 
     # -- entry operations: the only methods that know pub/ and tomb/ (publish.layout names them)
 
-    def list_entries(self) -> list[str]:
+    def list_entries(self, dl: Deadline) -> list[str]:
         """Every name directly in pub/, in no set order, parsing none of them.
 
         Anything there is listed: a hidden file, a name holding ``/`` (an S3 key below pub/ with a further
@@ -74,7 +73,7 @@ class Store(Protocol):
         """
         ...
 
-    def create_entry(self, name: str) -> bool:
+    def create_entry(self, dl: Deadline, name: str) -> bool:
         """Create the empty entry ``pub/<name>`` exclusively, durable before returning.
 
         True when this call created it; False when it was already there (it is left untouched).  pub/ is
@@ -83,54 +82,54 @@ class Store(Protocol):
         """
         ...
 
-    def remove_entries(self, names: list[str]) -> None:
+    def remove_entries(self, dl: Deadline, names: list[str]) -> None:
         """Remove ``pub/<name>`` for each name, durable (pub/ fsynced) before returning.  A missing one is fine."""
         ...
 
-    def list_tombs(self) -> list[str]:
+    def list_tombs(self, dl: Deadline) -> list[str]:
         """Every name directly in tomb/, in no set order, parsing none of them; a missing tomb/ holds nothing.
 
         POSIX: tomb/ must be a real directory (a link there, dangling or not, or a non-directory is a Failure
         naming it).  On S3 the key ``PREFIX/tomb/`` itself is not listed."""
         ...
 
-    def create_tombs(self, names: list[str]) -> None:
+    def create_tombs(self, dl: Deadline, names: list[str]) -> None:
         """Create the empty ``tomb/<name>`` for each name exclusively (one already there is fine, untouched),
         all durable before returning; tomb/ is created when missing.  POSIX: ``O_CREAT|O_EXCL``, fsync of each
         file, then of tomb/.  S3: an empty PUT with ``If-None-Match: *`` each."""
         ...
 
-    def remove_tombs(self, names: list[str]) -> None:
+    def remove_tombs(self, dl: Deadline, names: list[str]) -> None:
         """Remove ``tomb/<name>`` for each name, durable (tomb/ fsynced) before returning; a missing one is
         fine.  S3: one DELETE each."""
         ...
 
     # -- generic file operations on paths relative to the root: saves and what the frameworks read
 
-    def holds(self, path: str) -> bool:
+    def holds(self, dl: Deadline, path: str) -> bool:
         """True when something is at ``path``: on POSIX any file, folder or link; on S3 at least one object
         under ``path/`` (or the object ``path`` itself)."""
         ...
 
-    def exists(self, path: str) -> bool:
+    def exists(self, dl: Deadline, path: str) -> bool:
         """True when a file (an object) is at ``path``; on POSIX anything there but a regular file is refused."""
         ...
 
-    def size(self, path: str) -> int | None:
+    def size(self, dl: Deadline, path: str) -> int | None:
         """The size of the regular file (object) at ``path``, or None when there is none."""
         ...
 
-    def read(self, path: str, limit: int) -> bytes | None:
+    def read(self, dl: Deadline, path: str, limit: int) -> bytes | None:
         """The bytes of the file at ``path``, or None when there is none.  A file over ``limit`` bytes is refused;
         on POSIX so is a link, a FIFO or anything else that is not a regular file (never opened to wait)."""
         ...
 
-    def read_range(self, path: str, offset: int, length: int) -> bytes | None:
+    def read_range(self, dl: Deadline, path: str, offset: int, length: int) -> bytes | None:
         """Up to ``length`` bytes of the file at ``path`` from ``offset`` (fewer at its end), or None when
         there is no such regular file.  POSIX opens it with O_NOFOLLOW|O_NONBLOCK.  S3: a ranged GET."""
         ...
 
-    def list_folders(self, path: str) -> list[str]:
+    def list_folders(self, dl: Deadline, path: str) -> list[str]:
         """Names of the direct child folders of ``path``; a missing ``path`` has none.
 
         POSIX: subdirectories (a symbolic link to a directory counts, as the framework would follow it).
@@ -138,19 +137,19 @@ class Store(Protocol):
         """
         ...
 
-    def list_files(self, path: str) -> list[str]:
+    def list_files(self, dl: Deadline, path: str) -> list[str]:
         """Names of the regular files (objects) directly in ``path``; a missing ``path`` has none.
 
         POSIX: regular files, not links.  S3: the keys of a LIST of ``path/`` delimited by ``/``."""
         ...
 
-    def sizes(self, path: str) -> dict[str, int]:
+    def sizes(self, dl: Deadline, path: str) -> dict[str, int]:
         """Every regular file (object) below the folder ``path``, by its path relative to it, and its size in
         bytes.  POSIX: a walk that never follows a link; a link, a FIFO or any other file that is not regular is
         refused, naming it.  S3: one LIST of ``path/`` (pages of 1,000)."""
         ...
 
-    def remove_folder(self, path: str) -> Removal:
+    def remove_folder(self, dl: Deadline, path: str) -> Removal:
         """Remove the folder at ``path`` and everything in it, never following a symbolic link.
 
         POSIX: when any element of ``path`` (the folder itself or a parent below the root) is a symbolic link,

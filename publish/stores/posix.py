@@ -11,6 +11,7 @@ import os
 import stat
 
 from publish import fsops
+from publish.deadline import Deadline
 from publish.errors import Failure
 from publish.layout import EXEC, POSIX_NAME_MAX, PUB, TOMB
 from publish.stores.base import Removal
@@ -23,10 +24,7 @@ class PosixStore(PosixFiles):
 
     cheap_listing = True
 
-    def begin(self, timeout: float | None) -> None:
-        pass
-
-    def check_root(self) -> None:
+    def check_root(self, dl: Deadline) -> None:
         fd = self._open_root()
         try:
             for name in (PUB, EXEC):
@@ -39,7 +37,7 @@ class PosixStore(PosixFiles):
         finally:
             os.close(fd)
 
-    def list_entries(self) -> list[str]:
+    def list_entries(self, dl: Deadline) -> list[str]:
         """Every name in pub/; a child that is not a regular file is refused, naming it.
 
         The type comes from the directory listing itself (``d_type``): no stat per entry where the
@@ -68,7 +66,7 @@ class PosixStore(PosixFiles):
         finally:
             os.close(fd)
 
-    def create_entry(self, name: str) -> bool:
+    def create_entry(self, dl: Deadline, name: str) -> bool:
         if len(name.encode("utf-8")) > POSIX_NAME_MAX:
             raise Failure(
                 f"the entry name would be {len(name.encode('utf-8'))} bytes, over the {POSIX_NAME_MAX} a POSIX "
@@ -96,7 +94,7 @@ class PosixStore(PosixFiles):
         fsops.fsync_fd(pub_fd)
         return True
 
-    def remove_entries(self, names: list[str]) -> None:
+    def remove_entries(self, dl: Deadline, names: list[str]) -> None:
         root_fd = self._open_root()
         try:
             fd = self._open_top(root_fd, PUB)
@@ -122,7 +120,7 @@ class PosixStore(PosixFiles):
         if names:
             fsops.fsync_fd(fd)
 
-    def remove_folder(self, path: str) -> Removal:
+    def remove_folder(self, dl: Deadline, path: str) -> Removal:
         """Walk down from the root's descriptor, each element checked (``lstat``) then opened with
         ``O_NOFOLLOW`` and compared (``fstat``), and remove the last relative to its parent's descriptor."""
         parts = path.split("/")
@@ -207,7 +205,7 @@ class PosixStore(PosixFiles):
         finally:
             os.close(root)
 
-    def list_tombs(self) -> list[str]:
+    def list_tombs(self, dl: Deadline) -> list[str]:
         fd = self._tomb_dir()
         if fd is None:
             return []
@@ -218,7 +216,7 @@ class PosixStore(PosixFiles):
         finally:
             os.close(fd)
 
-    def create_tombs(self, names: list[str]) -> None:
+    def create_tombs(self, dl: Deadline, names: list[str]) -> None:
         if not names:
             return
         fd = self._made_top(TOMB, 4, f"{self._full(TOMB)}: appeared and vanished while it was opened")
@@ -243,7 +241,7 @@ class PosixStore(PosixFiles):
         finally:
             os.close(fd)
 
-    def remove_tombs(self, names: list[str]) -> None:
+    def remove_tombs(self, dl: Deadline, names: list[str]) -> None:
         if not names:
             return
         fd = self._tomb_dir()

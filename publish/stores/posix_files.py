@@ -7,6 +7,7 @@ import os
 import stat
 
 from publish import fsops
+from publish.deadline import Deadline
 from publish.errors import Failure
 from publish.fileio import read_at_most
 from publish.stores.posix_root import _MARKER_FLAGS, RANGE_LIMIT, PosixRoot, kind, why
@@ -15,10 +16,10 @@ from publish.stores.posix_root import _MARKER_FLAGS, RANGE_LIMIT, PosixRoot, kin
 class PosixFiles(PosixRoot):
     """Files and folders below the root: never a FIFO waited on, never a link followed where it matters."""
 
-    def holds(self, path: str) -> bool:
+    def holds(self, dl: Deadline, path: str) -> bool:
         return self._lstat(path) is not None
 
-    def list_folders(self, path: str) -> list[str]:
+    def list_folders(self, dl: Deadline, path: str) -> list[str]:
         full = self._full(path)
         root_fd = self._open_root()
         try:
@@ -39,7 +40,7 @@ class PosixFiles(PosixRoot):
         finally:
             os.close(fd)
 
-    def read(self, path: str, limit: int) -> bytes | None:
+    def read(self, dl: Deadline, path: str, limit: int) -> bytes | None:
         """The regular file at ``path``; a link, a FIFO or anything else there is refused (never opened
         in a way that could wait)."""
         full = self._full(path)
@@ -78,7 +79,7 @@ class PosixFiles(PosixRoot):
         finally:
             os.close(fd)
 
-    def exists(self, path: str) -> bool:
+    def exists(self, dl: Deadline, path: str) -> bool:
         """True when a regular file is at ``path``; a link, a FIFO or anything else there is refused."""
         st = self._lstat(path)
         if st is None:
@@ -86,7 +87,7 @@ class PosixFiles(PosixRoot):
         self._marker(path, st)
         return True
 
-    def list_files(self, path: str) -> list[str]:
+    def list_files(self, dl: Deadline, path: str) -> list[str]:
         fd = self._dir(path)
         if fd is None:
             return []
@@ -98,7 +99,7 @@ class PosixFiles(PosixRoot):
         finally:
             os.close(fd)
 
-    def sizes(self, path: str) -> dict[str, int]:
+    def sizes(self, dl: Deadline, path: str) -> dict[str, int]:
         top = self._dir(path)
         if top is None:
             return {}
@@ -135,11 +136,11 @@ class PosixFiles(PosixRoot):
             os.close(top)
         return found
 
-    def size(self, path: str) -> int | None:
+    def size(self, dl: Deadline, path: str) -> int | None:
         st = self._lstat(path)
         return st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None
 
-    def read_range(self, path: str, offset: int, length: int) -> bytes | None:
+    def read_range(self, dl: Deadline, path: str, offset: int, length: int) -> bytes | None:
         full = self._full(path)
         if length > RANGE_LIMIT:
             raise Failure(f"{full}: a read of {length} bytes, over the {RANGE_LIMIT} one read may take")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from publish.credentials import Credentials
-from publish.deadline import UNBOUNDED, Deadline
+from publish.deadline import Deadline
 from publish.errors import Failure, StoreError
 from publish.layout import PUB, S3_KEY_MAX, TOMB
 from publish.s3client import Renew, S3Client
@@ -45,7 +45,6 @@ class S3Store:
         self.root = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.client = S3Client(creds, bucket, proxy=proxy, env=env, renew=renew, **client_options)
         self._token = token or (lambda: os.urandom(8).hex())
-        self._deadline = UNBOUNDED
 
     # -- keys
 
@@ -58,18 +57,15 @@ class S3Store:
 
     # -- the Store protocol
 
-    def begin(self, timeout: float | None) -> None:
-        self._deadline = Deadline(timeout, self.client.clock)
-
-    def check_root(self) -> None:
+    def check_root(self, dl: Deadline) -> None:
         pass
 
-    def list_entries(self) -> list[str]:
+    def list_entries(self, dl: Deadline) -> list[str]:
         pub = self.key(PUB) + "/"
-        listing = self.client.list(pub, deadline=self._deadline)  # the client refuses a key outside pub/
+        listing = self.client.list(pub, deadline=dl)  # the client refuses a key outside pub/
         return [k[len(pub) :] for k in listing.keys if k != pub]
 
-    def create_entry(self, name: str) -> bool:
+    def create_entry(self, dl: Deadline, name: str) -> bool:
         key = self.key(f"{PUB}/{name}")
         size = len(key.encode("utf-8"))
         if size > S3_KEY_MAX:
@@ -77,76 +73,76 @@ class S3Store:
                 f"the entry's key would be {size} bytes, over the {S3_KEY_MAX} an S3 key may hold: "
                 "the save's path is too long"
             )
-        return self.client.put_if_absent(key, deadline=self._deadline)
+        return self.client.put_if_absent(key, deadline=dl)
 
-    def remove_entries(self, names: list[str]) -> None:
-        self.client.delete_objects([self.key(f"{PUB}/{n}") for n in names], deadline=self._deadline)
+    def remove_entries(self, dl: Deadline, names: list[str]) -> None:
+        self.client.delete_objects([self.key(f"{PUB}/{n}") for n in names], deadline=dl)
 
-    def holds(self, path: str) -> bool:
+    def holds(self, dl: Deadline, path: str) -> bool:
         key = self.key(path)
         # One LIST of the prefix <key>, max-keys=1, settles the usual cases in one request whatever order the
         # store lists in: a first key that is <key> or lies below <key>/ is something there; an empty,
         # complete listing means nothing has even the prefix.  A first key that only shares the prefix
         # (<key>-old, <key>0) settles nothing: in S3's UTF-8 order a key like <key>-old comes before <key>/x,
         # and rather than lean on every store's order the folder and the object are asked for themselves.
-        first = self.client.list(key, max_keys=1, pages=1, deadline=self._deadline)
+        first = self.client.list(key, max_keys=1, pages=1, deadline=dl)
         if any(k == key or k.startswith(key + "/") for k in first.keys):
             return True
         if not first.keys and not first.truncated:
             return False
-        folder = self.client.list(key + "/", max_keys=1, pages=1, deadline=self._deadline)
+        folder = self.client.list(key + "/", max_keys=1, pages=1, deadline=dl)
         if folder.keys or folder.truncated:
             return True
-        return self.client.head(key, deadline=self._deadline) is not None
+        return self.client.head(key, deadline=dl) is not None
 
-    def list_folders(self, path: str) -> list[str]:
+    def list_folders(self, dl: Deadline, path: str) -> list[str]:
         folder = self.key(path) + "/"
         listing = self.client.list(
-            folder, "/", deadline=self._deadline
+            folder, "/", deadline=dl
         )  # the client refuses a prefix that is not one element below
         return [p[len(folder) :].rstrip("/") for p in listing.prefixes]
 
-    def read(self, path: str, limit: int) -> bytes | None:
-        return self.client.get(self.key(path), limit, deadline=self._deadline)
+    def read(self, dl: Deadline, path: str, limit: int) -> bytes | None:
+        return self.client.get(self.key(path), limit, deadline=dl)
 
-    def exists(self, path: str) -> bool:
-        return self.client.head(self.key(path), deadline=self._deadline) is not None
+    def exists(self, dl: Deadline, path: str) -> bool:
+        return self.client.head(self.key(path), deadline=dl) is not None
 
-    def remove_folder(self, path: str) -> Removal:
+    def remove_folder(self, dl: Deadline, path: str) -> Removal:
         key = self.key(path)
-        keys = self.client.list(key + "/", deadline=self._deadline).keys
-        if not keys and self.client.head(key, deadline=self._deadline) is not None:
+        keys = self.client.list(key + "/", deadline=dl).keys
+        if not keys and self.client.head(key, deadline=dl) is not None:
             keys = [key]  # a save that is one object (a Lightning .ckpt)
-        self.client.delete_objects(keys, deadline=self._deadline)  # 1,000 keys a request
+        self.client.delete_objects(keys, deadline=dl)  # 1,000 keys a request
         return Removal(removed=bool(keys))
 
     # -- tombstones
 
-    def list_tombs(self) -> list[str]:
+    def list_tombs(self, dl: Deadline) -> list[str]:
         tomb = self.key(TOMB) + "/"
-        listing = self.client.list(tomb, deadline=self._deadline)
+        listing = self.client.list(tomb, deadline=dl)
         return [k[len(tomb) :] for k in listing.keys if k.startswith(tomb) and k != tomb]
 
-    def create_tombs(self, names: list[str]) -> None:
+    def create_tombs(self, dl: Deadline, names: list[str]) -> None:
         for name in names:
             self.client.put_if_absent(
-                self.key(f"{TOMB}/{name}"), deadline=self._deadline
+                self.key(f"{TOMB}/{name}"), deadline=dl
             )  # False: already there, which is fine
 
-    def remove_tombs(self, names: list[str]) -> None:
+    def remove_tombs(self, dl: Deadline, names: list[str]) -> None:
         for name in names:
-            self.client.delete(self.key(f"{TOMB}/{name}"), deadline=self._deadline)
+            self.client.delete(self.key(f"{TOMB}/{name}"), deadline=dl)
 
     # -- what the frameworks read of a save
 
-    def list_files(self, path: str) -> list[str]:
+    def list_files(self, dl: Deadline, path: str) -> list[str]:
         folder = self.key(path) + "/"
-        listing = self.client.list(folder, "/", deadline=self._deadline)
+        listing = self.client.list(folder, "/", deadline=dl)
         return [k[len(folder) :] for k in listing.keys if k != folder]
 
-    def sizes(self, path: str) -> dict[str, int]:
+    def sizes(self, dl: Deadline, path: str) -> dict[str, int]:
         folder = self.key(path) + "/"
-        listing = self.client.list(folder, deadline=self._deadline)
+        listing = self.client.list(folder, deadline=dl)
         found = {}
         for k, size in zip(listing.keys, listing.sizes):
             if k == folder:
@@ -158,8 +154,8 @@ class S3Store:
             found[k[len(folder) :]] = size
         return found
 
-    def size(self, path: str) -> int | None:
-        headers = self.client.head(self.key(path), deadline=self._deadline)
+    def size(self, dl: Deadline, path: str) -> int | None:
+        headers = self.client.head(self.key(path), deadline=dl)
         if headers is None:
             return None
         length = headers.get("content-length", "")
@@ -167,12 +163,12 @@ class S3Store:
             raise StoreError("the store sent no Content-Length", op="head", thing=self.location(path))
         return int(length)
 
-    def read_range(self, path: str, offset: int, length: int) -> bytes | None:
-        return self.client.get_range(self.key(path), offset, length, deadline=self._deadline)
+    def read_range(self, dl: Deadline, path: str, offset: int, length: int) -> bytes | None:
+        return self.client.get_range(self.key(path), offset, length, deadline=dl)
 
     # -- probe
 
-    def probe(self) -> None:
+    def probe(self, dl: Deadline) -> None:
         """The preflight: put a probe object beside pub/, read it back, put it again with If-None-Match: *
         (expecting 412), list pub/, delete the probe.  Exactly two PUTs.  StoreError "probe: <step>: ...".
         """
@@ -181,24 +177,24 @@ class S3Store:
         body = f"publish probe {token}\n".encode("ascii")
         where = self.location(PROBE_NAME + token)
         with _step("write"):
-            self.client.put(key, body, deadline=self._deadline)
+            self.client.put(key, body, deadline=dl)
         with _step("read"):
-            got = self.client.get(key, len(body), deadline=self._deadline)
+            got = self.client.get(key, len(body), deadline=dl)
             if got is None:
                 raise StoreError(f"{where} is not there after it was written")
             if got != body:
                 raise StoreError(f"{where} reads back other bytes than were written")
         with _step("conditional write"):
-            if self.client.put_if_absent(key, body, deadline=self._deadline):
+            if self.client.put_if_absent(key, body, deadline=dl):
                 raise StoreError(
                     "the store accepted a second If-None-Match: * write of the same key: it does not honour "
                     "conditional writes",
                     thing=where,
                 )
         with _step("list"):
-            self.list_entries()
+            self.list_entries(dl)
         with _step("delete"):
-            self.client.delete(key, deadline=self._deadline)
+            self.client.delete(key, deadline=dl)
 
 
 class _step:

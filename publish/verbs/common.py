@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from publish import layout, redact, roots, stores
+from publish.deadline import Deadline
 from publish.errors import UsageError
 from publish.flags import FlagSet
 from publish.frameworks import FRAMEWORKS
@@ -121,10 +122,10 @@ class Command:
                 ) from None
         return root
 
-    def open(self, call: Call, root: roots.Root, *, renew: bool = False, begin: bool = True) -> stores.Opened:
-        """The store for ``root`` within -timeout of the start; ``begin``: its scan starts now."""
+    def open(self, call: Call, root: roots.Root, *, renew: bool = False) -> stores.Opened:
+        """The store for ``root``, its credentials resolved within -timeout of the start."""
         timeout = self.timeout.value
-        opened = stores.open(
+        return stores.open(
             root,
             env=call.env,
             deadline=call.started + timeout,
@@ -133,9 +134,10 @@ class Command:
             renew_timeout=timeout if renew else None,
             warn=call.say.warn,
         )
-        if begin:
-            opened.store.begin(max(call.started + timeout - time.monotonic(), 0.001))
-        return opened
+
+    def deadline(self, call: Call) -> Deadline:
+        """What is left of -timeout since the start (at least 1 ms): the verb's store calls share it."""
+        return Deadline(max(call.started + self.timeout.value - time.monotonic(), 0.001))
 
 
 def expect_args(call: Call, names: list[str], optional: int = 0) -> None:

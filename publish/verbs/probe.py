@@ -9,14 +9,15 @@ from publish.verbs import common
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from publish.deadline import Deadline
     from publish.stores import Opened
 
 
-def probe(opened: Opened) -> None:
+def probe(opened: Opened, dl: Deadline) -> None:
     """Run the store's preflight checks; a store without the probe capability is a Failure."""
     if opened.probe is None:
         raise Failure("probe needs an s3:// root")
-    opened.probe()
+    opened.probe(dl)
 
 
 class Probe(common.Command):
@@ -30,7 +31,7 @@ class Probe(common.Command):
         if not isinstance(root, S3Root):
             raise UsageError(f"probe checks an s3:// root; {shown(root.text)} is a POSIX root")
         opened = self.open(call, root)
-        probe(opened)
+        probe(opened, self.deadline(call))
         call.say.out(f"{root.text} ok, credentials from {opened.source}")
         return 0
 

@@ -9,6 +9,7 @@ would have left.
 from __future__ import annotations
 
 from publish import layout
+from publish.deadline import Deadline
 from publish.layout import PUB, TOMB
 from publish.stores.base import Store
 from publish.verbs import Say, common
@@ -63,45 +64,47 @@ class Schedule:
         return self.resumed + self.folders
 
 
-def read_schedule(store: Store, keep: int) -> Schedule:
+def read_schedule(dl: Deadline, store: Store, keep: int) -> Schedule:
     """Check the root and read pub/ and tomb/ as prune does (the same Failures), and plan the prune."""
-    store.check_root()
-    entries = layout.parse_all(store.list_entries(), store.location(PUB))
-    tombs = layout.parse_tombs(store.list_tombs(), store.location(TOMB))
+    store.check_root(dl)
+    entries = layout.parse_all(store.list_entries(dl), store.location(PUB))
+    tombs = layout.parse_tombs(store.list_tombs(dl), store.location(TOMB))
     return Schedule(entries, tombs, keep)
 
 
-def prune(store: Store, say: Say, keep: int, dry_run: bool = False) -> None:
+def prune(dl: Deadline, store: Store, say: Say, keep: int, dry_run: bool = False) -> None:
     """Prune the root, finishing first what an interrupted prune recorded in tomb/.
 
     ``dry_run``: the same reads and checks, then ``would remove <location>`` per folder the prune would
     remove, and nothing written."""
-    sched = read_schedule(store, keep)
+    sched = read_schedule(dl, store, keep)
     if dry_run:
-        for line in would_remove(store, sched):
+        for line in would_remove(dl, store, sched):
             if line.startswith("would remove "):
                 say.out(line)
             else:
                 say.warn(line)
         return
     folders = sched.folders
-    store.create_tombs([layout.tomb_name(f) for f in folders if f not in sched.recorded])
+    store.create_tombs(dl, [layout.tomb_name(f) for f in folders if f not in sched.recorded])
     if sched.gone:
         # Entries first: a crash never leaves one naming a missing save.
-        store.remove_entries([e.name for e in sched.gone])
-    store.remove_tombs([layout.tomb_name(f) for f in sched.stale])
+        store.remove_entries(dl, [e.name for e in sched.gone])
+    store.remove_tombs(dl, [layout.tomb_name(f) for f in sched.stale])
     for folder in sched.removals():
-        result = store.remove_folder(folder)
+        result = store.remove_folder(dl, folder)
         if result.link:
             say.warn(
                 f"prune: left {store.location(folder)} in place: {store.location(result.link)} is a symbolic link"
             )
         elif result.removed:
             say.out(f"removed {store.location(folder)}")
-        store.remove_tombs([layout.tomb_name(folder)])  # after its folder: a crash before leaves it to finish
+        store.remove_tombs(
+            dl, [layout.tomb_name(folder)]
+        )  # after its folder: a crash before leaves it to finish
 
 
-def would_remove(store: Store, sched: Schedule) -> list[str]:
+def would_remove(dl: Deadline, store: Store, sched: Schedule) -> list[str]:
     """The lines a prune following ``sched`` would print, with ``would`` in them, reading only: ``would
     remove <location>`` per folder that is there, and (for stderr) a folder a link would keep in place.
 
@@ -120,23 +123,23 @@ def would_remove(store: Store, sched: Schedule) -> list[str]:
                 f"prune: would leave {store.location(folder)} in place: {store.location(link)} is a symbolic link"
             )
             continue
-        if store.holds(folder):
+        if store.holds(dl, folder):
             # POSIX removes the folder itself; S3 only the objects, which earlier removals may have taken.
             inner = (
                 []
                 if store.cheap_listing
                 else [r[len(folder) + 1 :] for r in removed if r.startswith(folder + "/")]
             )
-            if not inner or _more_than(store, folder, inner):
+            if not inner or _more_than(dl, store, folder, inner):
                 lines.append(f"would remove {store.location(folder)}")
         removed.append(folder)
         done.add(folder)
     return lines
 
 
-def _more_than(store: Store, folder: str, inner: list[str]) -> bool:
+def _more_than(dl: Deadline, store: Store, folder: str, inner: list[str]) -> bool:
     """True when an object under ``folder`` lies outside every folder of ``inner`` (S3: one LIST)."""
-    return any(not any(key == i or key.startswith(i + "/") for i in inner) for key in store.sizes(folder))
+    return any(not any(key == i or key.startswith(i + "/") for i in inner) for key in store.sizes(dl, folder))
 
 
 def _link_on_path(store: Store, folder: str) -> str:
@@ -176,7 +179,7 @@ class Prune(common.Command):
     def run(self, call: common.Call) -> int:
         common.expect_args(call, [])
         store = self.open(call, self.root(call)).store
-        prune(store, call.say, self.keep.value, dry_run=self.dry_run.value)
+        prune(self.deadline(call), store, call.say, self.keep.value, dry_run=self.dry_run.value)
         return 0
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from publish import layout, roots
+from publish.deadline import Deadline
 from publish.errors import Failure, UsageError
 from publish.redact import quoted
 from publish.stores.base import Store
 from publish.verbs import Say, common
 
 
-def publish_entry(store: Store, say: Say, epoch: int, step: int, path: str) -> bool:
+def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, path: str) -> bool:
     """Create the entry for the save at ``path``; print it, or say it was already there.  True when created."""
     where = store.location(path)
     try:
@@ -19,18 +20,18 @@ def publish_entry(store: Store, say: Say, epoch: int, step: int, path: str) -> b
             f"save {where}: its path below the root is not UTF-8, which an entry name must be"
         ) from None
     name = layout.name(epoch, step, path)
-    if store.create_entry(name):
+    if store.create_entry(dl, name):
         say.out(f"published {name} (epoch {epoch}, step {step}, {where})")
         return True
     say.warn(f"{name} already published (epoch {epoch}, step {step}, {where})")
     return False
 
 
-def publish(store: Store, say: Say, path: str, epoch: int, step: int) -> None:
-    store.check_root()
-    if not store.holds(path):
+def publish(dl: Deadline, store: Store, say: Say, path: str, epoch: int, step: int) -> None:
+    store.check_root(dl)
+    if not store.holds(dl, path):
         raise Failure(f"save {store.location(path)} does not exist")
-    publish_entry(store, say, epoch, step, path)
+    publish_entry(dl, store, say, epoch, step, path)
 
 
 class Publish(common.Command):
@@ -51,7 +52,8 @@ class Publish(common.Command):
         except ValueError as e:
             raise UsageError(f"invalid STEP {quoted(call.args[1])}: {e}") from None
         path = roots.below(root, call.args[0], call.cwd, "SAVE")  # before any credential source is tried
-        publish(self.open(call, root).store, call.say, path, epoch, step)
+        store = self.open(call, root).store
+        publish(self.deadline(call), store, call.say, path, epoch, step)
         return 0
 
 

@@ -15,10 +15,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from publish.deadline import Deadline
 
-def latest(store: Store) -> layout.Entry | None:
+
+def latest(dl: Deadline, store: Store) -> layout.Entry | None:
     """The latest entry in pub/; every name there must parse."""
-    return layout.latest_of(store.list_entries(), store.location(PUB))
+    return layout.latest_of(store.list_entries(dl), store.location(PUB))
 
 
 def newest_first(names: list[str], where: str) -> Iterator[layout.Entry]:
@@ -34,27 +36,27 @@ def newest_first(names: list[str], where: str) -> Iterator[layout.Entry]:
         yield layout.parse(name)
 
 
-def unpublished_saves(store: Store) -> int:
+def unpublished_saves(dl: Deadline, store: Store) -> int:
     """How many folders under exec/<attempt>/ look like saves of any framework."""
     count = 0
-    for attempt in store.list_folders(EXEC):
-        for child in store.list_folders(f"{EXEC}/{attempt}"):
+    for attempt in store.list_folders(dl, EXEC):
+        for child in store.list_folders(dl, f"{EXEC}/{attempt}"):
             if any(fw.step(child) is not None for fw in FRAMEWORKS.values()):
                 count += 1
     return count
 
 
-def resolve(store: Store, say: Say) -> None:
+def resolve(dl: Deadline, store: Store, say: Say) -> None:
     """Print the newest entry's save that exists, passing over (on stderr) entries whose save is gone.
 
     Entries but no existing save is a Failure.  The hint about unpublished saves never fails the verb."""
-    store.check_root()
-    names = store.list_entries()
+    store.check_root(dl)
+    names = store.list_entries(dl)
     where = store.location(PUB)
     for entry in newest_first(names, where):
         # One lstat on POSIX, one LIST (max-keys=1) on S3 for a save that is there: the answer is never a
         # save deleted by hand, by a framework's rotation or by a library's retention.
-        if store.holds(entry.path):
+        if store.holds(dl, entry.path):
             say.out(store.location(entry.path))
             return
         say.warn(
@@ -64,7 +66,7 @@ def resolve(store: Store, say: Say) -> None:
         raise Failure(f"{where}: none of its {len(names)} entries names a save that exists")
     if store.cheap_listing:
         try:
-            n = unpublished_saves(store)
+            n = unpublished_saves(dl, store)
         except (Failure, OSError) as e:  # advice only: it never changes the answer or the exit code
             say.warn(f"no publication; could not look for unpublished saves: {e}")
             return
@@ -88,11 +90,12 @@ class Resolve(common.Command):
         if not s3 and self.probe.value:
             raise UsageError(f"-probe applies only to s3:// roots; {shown(root.text)} is a POSIX root")
         opened = self.open(call, root)
+        dl = self.deadline(call)
         if s3 and self.probe.value:
             from publish.verbs.probe import probe
 
-            probe(opened)
-        resolve(opened.store, call.say)
+            probe(opened, dl)
+        resolve(dl, opened.store, call.say)
         return 0
 
 

@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 
+from publish.deadline import Deadline
 from publish.errors import Failure, PublishError, UsageError
 from publish.frameworks import Framework
 from publish.gocompat import parse_decimal
@@ -167,7 +168,7 @@ class _Scanner:
         last = ""
         while not self.halt.is_set():
             try:
-                self.watcher.scan(self.timeout)
+                self.watcher.scan(Deadline(self.timeout))
                 if last:
                     self.say.warn("run: scans work again")
                 last = ""
@@ -194,6 +195,7 @@ def status_of(returncode: int) -> int:
 
 
 def run(
+    dl: Deadline,
     store: Store,
     say: Say,
     framework: Framework,
@@ -217,7 +219,7 @@ def run(
         raise UsageError("-requeue needs a Slurm job (SLURM_JOB_ID is not set)")
     saves = f"{EXEC}/{attempt}"
     found: list[str] = []
-    resolve(store, Say(found.append, say.warn))
+    resolve(dl, store, Say(found.append, say.warn))
     resume = found[0] if found else ""
     say.warn(f"run: resuming from {resume}" if resume else "run: no save to resume from")
 
@@ -273,19 +275,18 @@ def run(
             say.warn(f"run: could not wait for the job's steps: {e}")
     scanner.halt.set()
     scanner.thread.join(max(deadline - time.monotonic(), 0))
-    scanned = False
+    last = None  # the last scan's deadline, which prune then shares
     if scanner.thread.is_alive():
         say.warn(f"a scan of {store.location(saves)} did not finish within -timeout: no last scan")
         fault = True
     else:
         try:
-            _bounded(watcher, max(deadline - time.monotonic(), 0.001))
-            scanned = True
+            last = _bounded(watcher, Deadline(max(deadline - time.monotonic(), 0.001)))
         except Exception as e:
             say.warn(describe(e))
             fault = True
     fault = fault or scanner.fault
-    return _finish(say, status, fault, store if scanned else None, keep, requeue and stopped, batch)
+    return _finish(say, status, fault, (store, last) if last else None, keep, requeue and stopped, batch)
 
 
 def _pass_on(sig: int, child: Child, batch: Batch | None, say: Say, name: str) -> None:
@@ -313,20 +314,20 @@ def _finish(
     say: Say,
     status: int,
     fault: bool,
-    store: Store | None,
+    scanned: tuple[Store, Deadline] | None,
     keep: int | None,
     requeue: bool,
     batch: Batch | None,
 ) -> int:
     """Prune (after a last scan that finished), requeue when asked, and the exit status."""
     if keep is not None:
-        if store is None:
+        if scanned is None:
             say.warn("run: prune left out: the last scan did not finish")
         else:
             from publish.verbs.prune import prune
 
             try:
-                prune(store, say, keep)
+                prune(scanned[1], scanned[0], say, keep)
             except Exception as e:
                 say.warn(describe(e))
                 fault = True
@@ -388,10 +389,11 @@ class Run(common.SavesCommand):
         if self.requeue.value and batch is None:
             raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
         store = self.open(call, root, renew=True).store
+        dl = self.deadline(call)
         signals = call.stop if isinstance(call.stop, Signals) else Signals()
         keep, resume_arg, requeue = self.keep.value, self.resume_arg.value, self.requeue.value
         return run(
-            store, call.say, framework, attempt, epoch, call.args, env=call.env, root=root.text,
+            dl, store, call.say, framework, attempt, epoch, call.args, env=call.env, root=root.text,
             interval=self.interval.value, timeout=timeout, signals=signals, keep=keep, resume_arg=resume_arg,
             requeue=requeue, batch=batch,
         )  # fmt: skip

@@ -7,6 +7,7 @@ is incomplete, or that a framework's check refuses, is reported, never a failure
 from __future__ import annotations
 
 from publish import layout
+from publish.deadline import Deadline
 from publish.errors import Failure, StoreError
 from publish.frameworks import FRAMEWORKS
 from publish.layout import EXEC, PUB, TOMB
@@ -25,7 +26,7 @@ ATTEMPT_LIMIT = 200
 VERSION = 1
 
 
-def _children(store: Store, path: str) -> tuple[list[str], list[str]]:
+def _children(dl: Deadline, store: Store, path: str) -> tuple[list[str], list[str]]:
     """The child folders and the files directly in ``path``: one LIST on S3, two directory reads on POSIX."""
     client = getattr(store, "client", None)
     key = getattr(store, "key", None)
@@ -34,13 +35,13 @@ def _children(store: Store, path: str) -> tuple[list[str], list[str]]:
         listing = client.list(folder, "/")
         folders = [p[len(folder) :].rstrip("/") for p in listing.prefixes]
         return folders, [k[len(folder) :] for k in listing.keys if k != folder]
-    return store.list_folders(path), store.list_files(path)
+    return store.list_folders(dl, path), store.list_files(dl, path)
 
 
-def _check(store: Store, framework: str, path: str, step: int) -> tuple[str, str]:
+def _check(dl: Deadline, store: Store, framework: str, path: str, step: int) -> tuple[str, str]:
     """A framework's verdict on the save at ``path``: complete, incomplete or faulty (with the message)."""
     try:
-        whole = FRAMEWORKS[framework].complete(store, path, step)
+        whole = FRAMEWORKS[framework].complete(dl, store, path, step)
     except StoreError:
         raise  # the store failing (a refusal, the -timeout passed) is not the save's fault: fail as resolve does
     except (Failure, OSError) as e:
@@ -48,11 +49,11 @@ def _check(store: Store, framework: str, path: str, step: int) -> tuple[str, str
     return ("complete" if whole else "incomplete"), ""
 
 
-def collect(store: Store, keep: int | None) -> dict[str, Any]:
+def collect(dl: Deadline, store: Store, keep: int | None) -> dict[str, Any]:
     """The status document (README: "publish status -json")."""
-    store.check_root()
-    entries = layout.parse_all(store.list_entries(), store.location(PUB))
-    tombs = layout.parse_tombs(store.list_tombs(), store.location(TOMB))
+    store.check_root(dl)
+    entries = layout.parse_all(store.list_entries(dl), store.location(PUB))
+    tombs = layout.parse_tombs(store.list_tombs(dl), store.location(TOMB))
     publications = [
         {
             "entry": e.name,
@@ -60,14 +61,14 @@ def collect(store: Store, keep: int | None) -> dict[str, Any]:
             "step": e.step,
             "path": e.path,
             "location": store.location(e.path),
-            "exists": store.holds(e.path),
+            "exists": store.holds(dl, e.path),
         }
         for e in sorted(entries, key=layout.Entry.key, reverse=True)
     ]
     published = {e.path for e in entries}
     doomed = set(tombs)  # listed as tombstones, not as saves or leftovers
     named = layout.Nest(list(published))
-    attempts = sorted(store.list_folders(EXEC))
+    attempts = sorted(store.list_folders(dl, EXEC))
     looked = attempts[-ATTEMPT_LIMIT:]
     saves: list[dict[str, Any]] = []
     unnamed: list[dict[str, str]] = []
@@ -75,7 +76,7 @@ def collect(store: Store, keep: int | None) -> dict[str, Any]:
     for attempt in looked:
         where = f"{EXEC}/{attempt}"
         try:
-            folders, files = _children(store, where)
+            folders, files = _children(dl, store, where)
         except StoreError:
             raise
         except (Failure, OSError) as e:  # one attempt's folder (a permission, a link the store refuses)
@@ -95,7 +96,7 @@ def collect(store: Store, keep: int | None) -> dict[str, Any]:
                 matched = True
                 if path in published:
                     continue
-                state, message = _check(store, name, path, step)
+                state, message = _check(dl, store, name, path, step)
                 saves.append(
                     {
                         "path": path,
@@ -124,14 +125,14 @@ def collect(store: Store, keep: int | None) -> dict[str, Any]:
         doc["prune"] = {
             "keep": keep,
             "entries": [e.name for e in sched.gone],
-            "lines": would_remove(store, sched),
+            "lines": would_remove(dl, store, sched),
         }
     return doc
 
 
-def status(store: Store, say: Say, keep: int | None, as_json: bool = False) -> None:
+def status(dl: Deadline, store: Store, say: Say, keep: int | None, as_json: bool = False) -> None:
     """Print the status document, as one JSON line or as text for a person."""
-    doc = collect(store, keep)
+    doc = collect(dl, store, keep)
     if as_json:
         import json
 
@@ -191,7 +192,13 @@ class Status(common.Command):
     def run(self, call: common.Call) -> int:
         common.expect_args(call, [])
         store = self.open(call, self.root(call)).store
-        status(store, call.say, self.keep.value if self.keep.is_set else None, as_json=self.json.value)
+        status(
+            self.deadline(call),
+            store,
+            call.say,
+            self.keep.value if self.keep.is_set else None,
+            as_json=self.json.value,
+        )
         return 0
 
 

@@ -7,6 +7,7 @@ import os
 import threading
 
 from publish import roots
+from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import Failure, UsageError
 from publish.frameworks import Framework
 from publish.layout import EXEC
@@ -72,13 +73,13 @@ class Watcher:
         self.done: set[str] = set()  # folders published (or found published); never looked at again
         self.noted: set[str] = set()  # folders a framework's hint was said for
 
-    def scan(self, timeout: float | None) -> None:
-        self.store.begin(timeout)
+    def scan(self, dl: Deadline) -> None:
+        """One scan; its store calls share ``dl``."""
         candidates = []
         listed = (
-            self.store.list_files(self.saves)
+            self.store.list_files(dl, self.saves)
             if self.framework.kind == "files"
-            else self.store.list_folders(self.saves)
+            else self.store.list_folders(dl, self.saves)
         )
         for folder in listed:
             if folder in self.done:
@@ -88,8 +89,8 @@ class Watcher:
                 candidates.append((step, folder))
         for step, folder in sorted(candidates):
             path = f"{self.saves}/{folder}"
-            if self.framework.complete(self.store, path, step, self._note_for(folder)):
-                publish_entry(self.store, self.say, self.epoch, step, path)
+            if self.framework.complete(dl, self.store, path, step, self._note_for(folder)):
+                publish_entry(dl, self.store, self.say, self.epoch, step, path)
                 self.done.add(folder)
 
     def _note_for(self, folder: str) -> Callable[[str], None]:
@@ -103,23 +104,25 @@ class Watcher:
         return note
 
 
-def _bounded(scan: Watcher, timeout: float) -> None:
-    """One scan that gives up after ``timeout`` seconds even if a filesystem call hangs."""
+def _bounded(scan: Watcher, dl: Deadline) -> Deadline:
+    """One scan within ``dl`` (made from a timeout), given up once that passes even if a filesystem call
+    hangs; returns ``dl``."""
     errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            scan.scan(timeout)
+            scan.scan(dl)
         except BaseException as e:  # handed to the caller's thread
             errors.append(e)
 
     worker = threading.Thread(target=run, name="publish-last-scan", daemon=True)
     worker.start()
-    worker.join(timeout)
+    worker.join(dl.timeout)
     if worker.is_alive():
         raise Failure(f"the last scan of {scan.store.location(scan.saves)} did not finish within -timeout")
     if errors:
         raise errors[0]
+    return dl
 
 
 def watch(
@@ -132,13 +135,14 @@ def watch(
     timeout: float,
     stop: Stop,
 ) -> None:
-    """Scan every ``interval`` seconds until ``stop`` is set, then scan once more (bounded by ``timeout``)."""
-    store.check_root()
+    """Scan every ``interval`` seconds until ``stop`` is set, then scan once more; each scan's store calls
+    get a deadline of ``timeout`` seconds, and the last scan is given up after it."""
+    store.check_root(UNBOUNDED)  # S3 sends nothing for it
     watcher = Watcher(store, say, framework, saves, epoch)
     while not stop.is_set():
-        watcher.scan(timeout)
+        watcher.scan(Deadline(timeout))
         stop.wait(interval)
-    _bounded(watcher, timeout)
+    _bounded(watcher, Deadline(timeout))
 
 
 class Watch(common.SavesCommand):
@@ -167,7 +171,7 @@ class Watch(common.SavesCommand):
             if not attempt:
                 raise UsageError("no SAVES argument and no attempt: give -attempt or set DISPATCH_ATTEMPT")
             saves = f"{EXEC}/{common.check_attempt(attempt)}"
-        store = self.open(call, root, renew=True, begin=False).store
+        store = self.open(call, root, renew=True).store
         stop = call.stop or threading.Event()
         watch(store, call.say, framework, saves, epoch, self.interval.value, self.timeout.value, stop)
         return 0
