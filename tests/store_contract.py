@@ -171,6 +171,17 @@ class StoreContract:
 
     # -- what the frameworks read of a save
 
+    def test_children_are_the_folders_and_the_files_directly_in_a_folder(
+        self, store: Store, make_file: MakeFile
+    ) -> None:
+        make_file("exec/A/last.ckpt", b"z")
+        make_file("exec/A/checkpoint-1/model.bin", b"w")
+        make_file("exec/A/checkpoint-2/sub/x", b"v")
+        make_file("exec/AB/checkpoint-3/c", b"4")
+        folders, files = store.children(UNBOUNDED, "exec/A")
+        assert (sorted(folders), files) == (["checkpoint-1", "checkpoint-2"], ["last.ckpt"])
+        assert store.children(UNBOUNDED, "exec/missing") == ([], [])
+
     def test_list_files_names_the_files_directly_in_a_folder(self, store: Store, make_file: MakeFile) -> None:
         make_file("exec/A/epoch=0-step=2.ckpt", b"zz")
         make_file("exec/A/last.ckpt", b"z")

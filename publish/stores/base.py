@@ -143,6 +143,10 @@ class Store(Protocol):
         POSIX: regular files, not links.  S3: the keys of a LIST of ``path/`` delimited by ``/``."""
         ...
 
+    def children(self, dl: Deadline, path: str) -> tuple[list[str], list[str]]:
+        """``(list_folders(path), list_files(path))`` at once: one LIST on S3, two directory reads on POSIX."""
+        ...
+
     def sizes(self, dl: Deadline, path: str) -> dict[str, int]:
         """Every regular file (object) below the folder ``path``, by its path relative to it, and its size in
         bytes.  POSIX: a walk that never follows a link; a link, a FIFO or any other file that is not regular is

@@ -87,6 +87,9 @@ class PosixFiles(PosixRoot):
         self._marker(path, st)
         return True
 
+    def children(self, dl: Deadline, path: str) -> tuple[list[str], list[str]]:
+        return self.list_folders(dl, path), self.list_files(dl, path)
+
     def list_files(self, dl: Deadline, path: str) -> list[str]:
         fd = self._dir(path)
         if fd is None:

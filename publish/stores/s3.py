@@ -140,6 +140,12 @@ class S3Store:
         listing = self.client.list(folder, "/", deadline=dl)
         return [k[len(folder) :] for k in listing.keys if k != folder]
 
+    def children(self, dl: Deadline, path: str) -> tuple[list[str], list[str]]:
+        folder = self.key(path) + "/"
+        listing = self.client.list(folder, "/", deadline=dl)
+        folders = [p[len(folder) :].rstrip("/") for p in listing.prefixes]
+        return folders, [k[len(folder) :] for k in listing.keys if k != folder]
+
     def sizes(self, dl: Deadline, path: str) -> dict[str, int]:
         folder = self.key(path) + "/"
         listing = self.client.list(folder, deadline=dl)

@@ -26,18 +26,6 @@ ATTEMPT_LIMIT = 200
 VERSION = 1
 
 
-def _children(dl: Deadline, store: Store, path: str) -> tuple[list[str], list[str]]:
-    """The child folders and the files directly in ``path``: one LIST on S3, two directory reads on POSIX."""
-    client = getattr(store, "client", None)
-    key = getattr(store, "key", None)
-    if client is not None and key is not None:
-        folder = key(path) + "/"
-        listing = client.list(folder, "/")
-        folders = [p[len(folder) :].rstrip("/") for p in listing.prefixes]
-        return folders, [k[len(folder) :] for k in listing.keys if k != folder]
-    return store.list_folders(dl, path), store.list_files(dl, path)
-
-
 def _check(dl: Deadline, store: Store, framework: str, path: str, step: int) -> tuple[str, str]:
     """A framework's verdict on the save at ``path``: complete, incomplete or faulty (with the message)."""
     try:
@@ -76,7 +64,7 @@ def collect(dl: Deadline, store: Store, keep: int | None) -> dict[str, Any]:
     for attempt in looked:
         where = f"{EXEC}/{attempt}"
         try:
-            folders, files = _children(dl, store, where)
+            folders, files = store.children(dl, where)
         except StoreError:
             raise
         except (Failure, OSError) as e:  # one attempt's folder (a permission, a link the store refuses)
