@@ -1,4 +1,4 @@
-"""The suite's own shape: what tests share lives in helper modules, never in another test module."""
+"""The shape of the code: tests share helpers, never another test module; no module of the package over 400 lines."""
 
 from __future__ import annotations
 
@@ -29,3 +29,13 @@ def test_no_test_module_imports_another() -> None:
             ):
                 offenders.append(f"{path.name} imports {name}")
     assert offenders == []
+
+
+def test_no_module_of_the_package_is_over_400_lines() -> None:
+    package = HERE.parent / "publish"
+    long = [
+        f"{p.relative_to(package)}: {n} lines"
+        for p in sorted(package.rglob("*.py"))
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400
+    ]
+    assert long == []

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -21,6 +20,7 @@ from publish.layout import EXEC
 from publish.stores.base import Store
 from publish.verbs import Say, common
 from publish.verbs.resolve import resolve
+from publish.verbs.slurm import LIVE, Batch, signame
 from publish.verbs.watch import SignalStop, Watcher, _bounded
 
 TYPE_CHECKING = False
@@ -37,8 +37,6 @@ if TYPE_CHECKING:
     Launch = Callable[[list[str], dict[str, str]], Child]
 
 POLL = 0.1  # how often the exit of COMMAND is looked for while no signal arrives
-# squeue's states of a job still running: SIGNALING while slurmctld sends the --signal warning
-LIVE = ("RUNNING", "SIGNALING")
 
 
 class Signals(SignalStop):
@@ -61,13 +59,6 @@ class Signals(SignalStop):
             os.read(self._read, 4096)  # the wake-up bytes; a flood of signals never fills the pipe
 
 
-def signame(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
 def attempt_and_epoch(attempt: str, epoch: int | None, env: Mapping[str, str]) -> tuple[str, int]:
     """The attempt and epoch when neither flag nor environment gave them (``""`` and None: derive).
 
@@ -85,41 +76,6 @@ def attempt_and_epoch(attempt: str, epoch: int | None, env: Mapping[str, str]) -
         else:
             attempt = f"{os.uname().nodename}-{os.getpid()}-{now:x}"
     return attempt, now if epoch is None else epoch
-
-
-class Batch:
-    """The batch system around ``publish run``: Slurm when ``SLURM_JOB_ID`` is set, else nothing."""
-
-    def __init__(self, env: Mapping[str, str], timeout: float) -> None:
-        self.env = dict(env)
-        self.job = env.get("SLURM_JOB_ID", "")
-        self.timeout = timeout
-
-    def _run(self, *argv: str, limit: float = 10) -> str:
-        try:
-            r = subprocess.run(
-                argv, env=self.env, capture_output=True, text=True, timeout=min(self.timeout, limit)
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise Failure(f"{argv[0]}: {e}") from None
-        if r.returncode != 0:
-            raise Failure(f"{' '.join(argv)}: exit {r.returncode}: {r.stderr.strip()[:500]}")
-        return r.stdout
-
-    def signal_steps(self, signum: int) -> None:
-        """Signal the job's steps, not its batch step (``scancel`` without ``-b`` or ``-f``)."""
-        self._run("scancel", f"--signal={signame(signum)[3:]}", self.job)
-
-    def steps_left(self) -> bool:
-        """True while a step of the job other than the batch and extern steps is still listed."""
-        out = self._run("squeue", "-h", "-s", "-j", self.job, "-o", "%i")
-        return any(s and not s.endswith((".batch", ".extern")) for s in out.split())
-
-    def state(self) -> str:
-        return self._run("squeue", "-h", "-j", self.job, "-o", "%T").strip()
-
-    def requeue(self) -> None:
-        self._run("scontrol", "requeue", self.job, limit=60)
 
 
 class Process:
