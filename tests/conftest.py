@@ -111,11 +111,13 @@ def spawn(
     )
 
 
-class Watch:
-    """A running ``publish watch`` whose stdout lines arrive on a queue as they are flushed."""
+class Lines:
+    """A running verb whose stdout lines arrive on a queue as they are flushed (``seen``: those taken)."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
-        self.proc: subprocess.Popen[str] = spawn("watch", *args, env=env, cwd=cwd)
+    def __init__(
+        self, verb: str, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
+        self.proc: subprocess.Popen[str] = spawn(verb, *args, env=env, cwd=cwd)
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
@@ -124,6 +126,13 @@ class Watch:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.put(line.rstrip("\n"))
+
+
+class Watch(Lines):
+    """A running ``publish watch``."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        super().__init__("watch", *args, env=env, cwd=cwd)
 
     def next_line(self, timeout: float = 20) -> str:
         line = self.lines.get(timeout=timeout)

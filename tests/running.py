@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import queue
-import threading
 
-from tests.conftest import record_output, spawn
+from tests.conftest import Lines, record_output
 
 
-class Running:
+class Running(Lines):
     """A ``publish run`` process whose stdout (its lines and COMMAND's) arrives on a queue."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = spawn("run", *args)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
+        super().__init__("run", *args)
 
     def wait_line(self, start: str, timeout: float = 30) -> str:
         while True:

@@ -7,16 +7,14 @@ says an upload should go: the weights first, ``trainer_state.json`` (the marker)
 
 from __future__ import annotations
 
-import queue
 import signal
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from publish import layout
-from tests.conftest import REPO, run_cli, spawn
+from tests.conftest import REPO, Lines, run_cli
 from tests.running import Running
 from tests.s3roots import Root
 from tests.servers import Weed
@@ -82,10 +80,7 @@ class RunS3(Running):
             "T_SECRET": root.server.secret_key,
             "T_REGION": root.server.region,
         }
-        self.proc = spawn("run", "-checkpoint", root.url, "-creds", root.creds, *args, env=env)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
+        Lines.__init__(self, "run", "-checkpoint", root.url, "-creds", root.creds, *args, env=env)
 
 
 def trainer(tmp: Path, steps: int) -> list[str]:
