@@ -6,9 +6,11 @@ sources (publish.creds) both use it without the signer sitting above the Vault c
 
 from __future__ import annotations
 
-from typing import Any
-
 from publish import redact
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Credentials:

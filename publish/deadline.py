@@ -6,7 +6,10 @@ A leaf value: no I/O, no import from the command.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class Deadline:

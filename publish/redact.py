@@ -76,6 +76,8 @@ def url(text: str) -> str:
     holding ``?`` or ``#``).  A userinfo with a ``:`` keeps its user name (``u:xxxxx@h``); one without is a
     token (``xxxxx@h``).  Query values are URLs too (``proxy=http%3A%2F%2Fu%3Apw%40p``).
     """
+    if "@" not in text and "%40" not in text:
+        return text  # no userinfo, not even one escaped in a query value: nothing to hide (and no re)
     import re
     from urllib.parse import quote, unquote
 

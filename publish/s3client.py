@@ -9,21 +9,26 @@ backoff while time is left; any other error fails at once as :class:`StoreError`
 
 from __future__ import annotations
 
-import base64
-import datetime
-import hashlib
-import random
-import threading
+import _thread
+import binascii
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from publish import net, redact, s3xml, sigv4
-from publish.credentials import Credentials
-from publish.deadline import UNBOUNDED, Deadline
+from publish.deadline import UNBOUNDED
 from publish.errors import StoreError
+from publish.hashing import md5_digest, sha256, sha256_hex
 from publish.s3retry import Answer, Clock, Policy, refused, retrying, time_left, timed_out
 from publish.s3xml import Listing
+
+# Only modules already loaded, or built into the interpreter, at import: every one an S3 verb imports costs its
+# start-up (docs/perf-startup.md).  Type names live in the block below; random only once a send is retried.
+TYPE_CHECKING = False  # mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    import datetime
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from publish.credentials import Credentials
+    from publish.deadline import Deadline
 
 #: The largest object GET reads (spec: trainer_state.json over 64 MiB is refused).
 GET_LIMIT = 64 * 1024 * 1024
@@ -43,9 +48,23 @@ REFUSED = frozenset(("ExpiredToken", "InvalidAccessKeyId"))
 _CONDITIONAL = Policy(ok=frozenset((412,)), conditional=True)
 _MISSING_OK = Policy(ok=frozenset((404,)))
 
-__all__ = ["GET_LIMIT", "Listing", "Renew", "S3Client"]
+__all__ = ["GET_LIMIT", "Listing", "S3Client"]
 
-Renew = Callable[[str], Credentials]
+if TYPE_CHECKING:
+    Renew = Callable[[str], Credentials]
+
+
+class Counts(dict):  # type: ignore[type-arg]
+    """Requests sent, by operation: 0 for one never sent (as collections.Counter, without its import)."""
+
+    def __missing__(self, key: str) -> int:
+        return 0
+
+
+def _random() -> float:
+    import random  # the first retry pays for it, not every start
+
+    return random.random()
 
 
 class S3Client:
@@ -66,8 +85,8 @@ class S3Client:
         renew: Renew | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        rand: Callable[[], float] = random.random,
-        now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc),
+        rand: Callable[[], float] = _random,
+        now: Callable[[], datetime.datetime | float] = time.time,
         connector: net.Connector | None = None,
     ) -> None:
         self.creds = creds
@@ -82,8 +101,8 @@ class S3Client:
         except ValueError as e:
             raise StoreError(str(e), thing=f"s3://{bucket}") from None
         #: Requests sent, by operation (list, get, head, put, delete, delete-objects), resends included.
-        self.sent: Counter[str] = Counter()
-        self._lock = threading.Lock()
+        self.sent: dict[str, int] = Counts()
+        self._lock = _thread.allocate_lock()
 
     # -- time
 
@@ -123,9 +142,7 @@ class S3Client:
         renewed = False
         while True:
             hdrs = {"host": self.conn.host_header, **(headers or {})}
-            signed = sigv4.sign_s3(
-                method, path, query, hdrs, hashlib.sha256(body).hexdigest(), self.creds, self.now()
-            )
+            signed = sigv4.sign_s3(method, path, query, hdrs, sha256_hex(body), self.creds, self.now())
             self.sent[op] += 1
             try:
                 resp = self.conn.request(
@@ -259,7 +276,7 @@ class S3Client:
                     raise StoreError(
                         "the store sent a truncated listing without a token", op="list", thing=thing
                     )
-                digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+                digest = sha256(token.encode("utf-8", "surrogatepass")).digest()
                 if digest in used:
                     raise StoreError(
                         "the store sent a continuation token it had sent before", op="list", thing=thing
@@ -368,7 +385,7 @@ class S3Client:
             batch = keys[start : start + BATCH]
             body = s3xml.delete_request(batch)
             headers = {
-                "content-md5": base64.b64encode(hashlib.md5(body).digest()).decode("ascii"),
+                "content-md5": binascii.b2a_base64(md5_digest(body), newline=False).decode("ascii"),
                 "content-type": "application/xml",
                 "content-length": str(len(body)),
             }

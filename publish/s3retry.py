@@ -8,12 +8,14 @@ ConditionalRequestConflict waits :data:`CONFLICT_WAITS` between sends; anything 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from publish import net
-from publish.deadline import Deadline
 from publish.errors import StoreError
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from publish.deadline import Deadline
 
 #: Statuses and codes worth sending an idempotent request again for.
 RETRY_STATUS = frozenset((500, 502, 503, 504))
@@ -28,18 +30,28 @@ BACKOFF_CAP = 5.0
 UNBOUNDED_ATTEMPTS = 8
 
 
-@dataclass
+# Plain classes with __slots__, not dataclasses: the dataclasses import (inspect, ast, ...) would cost every
+# S3 verb's start-up more than the rest of this module.
+
+
 class Answer:
     """One HTTP answer, with the S3 error code and message of an error (scrubbed)."""
 
-    status: int
-    headers: dict[str, str]
-    body: bytes
-    code: str = ""
-    message: str = ""
+    __slots__ = ("status", "headers", "body", "code", "message")
+
+    def __init__(
+        self, status: int, headers: dict[str, str], body: bytes, code: str = "", message: str = ""
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"Answer({self.status}, {self.code!r}, {len(self.body)} bytes)"
 
 
-@dataclass(frozen=True)
 class Policy:
     """Which answers :func:`retrying` hands back as they are.
 
@@ -47,19 +59,30 @@ class Policy:
     sent again up to ``len(CONFLICT_WAITS)`` more times, 501 and NotImplemented are handed back, and a body
     over its cap is not sent again."""
 
-    ok: frozenset[int] = frozenset()
-    conditional: bool = False
+    __slots__ = ("ok", "conditional")
+
+    def __init__(self, ok: frozenset[int] = frozenset(), conditional: bool = False) -> None:
+        self.ok = ok
+        self.conditional = conditional
 
 
-@dataclass
 class Clock:
     """Time for the loop: ``now`` and ``sleep`` in seconds, ``rand`` in [0, 1), and the deadline (an instant of
     ``now``; None: unbounded)."""
 
-    now: Callable[[], float]
-    sleep: Callable[[float], None]
-    rand: Callable[[], float]
-    deadline: float | None
+    __slots__ = ("now", "sleep", "rand", "deadline")
+
+    def __init__(
+        self,
+        now: Callable[[], float],
+        sleep: Callable[[float], None],
+        rand: Callable[[], float],
+        deadline: float | None,
+    ) -> None:
+        self.now = now
+        self.sleep = sleep
+        self.rand = rand
+        self.deadline = deadline
 
 
 def timed_out(deadline: Deadline, op: str, thing: str) -> StoreError:

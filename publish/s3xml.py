@@ -5,55 +5,108 @@ Pure functions over bytes (no I/O).  A malformed answer is a :class:`StoreError`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from urllib.parse import unquote_plus
-from xml.etree import ElementTree
-from xml.sax.saxutils import escape
+import pyexpat
 
-from publish import redact
+from publish import percent, redact
 from publish.errors import StoreError
 
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
-@dataclass
+
 class Listing:
     """What a LIST returned: keys and common prefixes, decoded, in the server's order."""
 
-    keys: list[str] = field(default_factory=list)
-    prefixes: list[str] = field(default_factory=list)
-    #: The size of each key, in the order of ``keys`` (-1 where the store sent none).
-    sizes: list[int] = field(default_factory=list)
-    #: True when the store had more to list than the pages asked for.
-    truncated: bool = False
+    __slots__ = ("keys", "prefixes", "sizes", "truncated")
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.prefixes: list[str] = []
+        #: The size of each key, in the order of ``keys`` (-1 where the store sent none).
+        self.sizes: list[int] = []
+        #: True when the store had more to list than the pages asked for.
+        self.truncated = False
+
+
+class Element:
+    """One element of an answer: its local name (namespace left out), children, and text before the first
+    child (ElementTree's ``text``)."""
+
+    __slots__ = ("tag", "children", "parts")
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.children: list[Element] = []
+        self.parts: list[str] = []  # the pieces of text expat handed over before the first child
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class _NotAnswer(Exception):
+    pass
 
 
 def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-def _children(elem: ElementTree.Element, name: str) -> list[ElementTree.Element]:
-    return [c for c in elem if _local(c.tag) == name]
+def _children(elem: Element, name: str) -> list[Element]:
+    return [c for c in elem.children if c.tag == name]
 
 
-def _text(elem: ElementTree.Element, name: str) -> str:
-    for c in elem:
-        if _local(c.tag) == name:
-            return c.text or ""
+def _text(elem: Element, name: str) -> str:
+    for c in elem.children:
+        if c.tag == name:
+            return c.text
     return ""
 
 
-def _parse_xml(body: bytes) -> ElementTree.Element | None:
+def _parse_xml(body: bytes) -> Element | None:
+    """The tree of an XML answer, or None when ``body`` is not well-formed XML in an encoding expat knows
+    (UTF-8, UTF-16, ISO-8859-1, US-ASCII) or holds a document type declaration (S3 sends none; refusing it
+    leaves no entity to expand).  expat is linear; pyexpat is built into CPython, where ElementTree's import
+    costs an S3 verb's start-up milliseconds."""
+    parser = pyexpat.ParserCreate(None, "}")
+    stack: list[Element] = []
+    top: list[Element] = []
+
+    def start(tag: str, attrs: object) -> None:
+        elem = Element(_local(tag))
+        if stack:
+            stack[-1].children.append(elem)
+        else:
+            top.append(elem)
+        stack.append(elem)
+
+    def end(tag: str) -> None:
+        stack.pop()
+
+    def data(text: str) -> None:
+        if stack and not stack[-1].children:
+            stack[-1].parts.append(text)
+
+    def doctype(*args: object) -> None:
+        raise _NotAnswer
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    parser.CharacterDataHandler = data
+    parser.StartDoctypeDeclHandler = doctype
     try:
-        return ElementTree.fromstring(body)
-    except (ElementTree.ParseError, ValueError, LookupError):  # LookupError: an unknown declared encoding
+        parser.Parse(body, True)
+    except (pyexpat.ExpatError, _NotAnswer, ValueError, LookupError):
         return None
+    return top[0] if top else None
 
 
 def listing(thing: str, body: bytes) -> tuple[list[str], list[str], list[int], bool, str]:
     """(keys, common prefixes, sizes of the keys, truncated, next token) of one ListObjectsV2 page, decoded;
     ``thing`` is the prefix's URL, which a fault names."""
     root = _parse_xml(body)
-    if root is None or _local(root.tag) != "ListBucketResult":
+    if root is None or root.tag != "ListBucketResult":
         raise StoreError("the store sent an answer that is not a listing", op="list", thing=thing)
     truncated = _text(root, "IsTruncated").lower()
     if truncated not in ("true", "false"):
@@ -64,7 +117,7 @@ def listing(thing: str, body: bytes) -> tuple[list[str], list[str], list[int], b
         if not encoded or ("%" not in s and "+" not in s):
             return s
         try:
-            return unquote_plus(s, errors="strict")
+            return percent.decode_plus(s)
         except UnicodeDecodeError:
             raise StoreError(
                 f"the store listed a key that is not UTF-8: {s}", op="list", thing=thing
@@ -81,7 +134,7 @@ def listing(thing: str, body: bytes) -> tuple[list[str], list[str], list[int], b
             found.append(dec(value))
         return found
 
-    def size(elem: ElementTree.Element) -> int:
+    def size(elem: Element) -> int:
         text = _text(elem, "Size")
         return int(text) if text.isascii() and text.isdigit() and len(text) < 20 else -1
 
@@ -120,7 +173,7 @@ def error_of(status: int, headers: Mapping[str, str], body: bytes) -> tuple[str,
 
 def _unscrubbed_error_of(status: int, headers: Mapping[str, str], body: bytes) -> tuple[str, str]:
     root = _parse_xml(body) if body else None
-    if root is not None and _local(root.tag) == "Error":
+    if root is not None and root.tag == "Error":
         return _text(root, "Code"), _text(root, "Message")
     code = headers.get("x-amz-error-code", "")
     message = headers.get("x-amz-error-message", "")
@@ -131,12 +184,17 @@ def _unscrubbed_error_of(status: int, headers: Mapping[str, str], body: bytes) -
     return code, message
 
 
+def _escape(text: str) -> str:
+    """``&``, ``<`` and ``>`` as entities (xml.sax.saxutils.escape, whose import brings urllib.request)."""
+    return text.replace("&", "&amp;").replace(">", "&gt;").replace("<", "&lt;")
+
+
 def delete_request(keys: Sequence[str]) -> bytes:
     """The body of a Quiet DeleteObjects request for ``keys``."""
     return (
         '<?xml version="1.0" encoding="UTF-8"?>'
         '<Delete xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Quiet>true</Quiet>'
-        + "".join(f"<Object><Key>{escape(k)}</Key></Object>" for k in keys)
+        + "".join(f"<Object><Key>{_escape(k)}</Key></Object>" for k in keys)
         + "</Delete>"
     ).encode("utf-8")
 
@@ -145,7 +203,7 @@ def delete_errors(body: bytes) -> list[tuple[str, str, str]] | None:
     """(key, code, message scrubbed) of each per-key error in a DeleteObjects result, NoSuchKey left out;
     None when ``body`` is not a result."""
     root = _parse_xml(body)
-    if root is None or _local(root.tag) != "DeleteResult":
+    if root is None or root.tag != "DeleteResult":
         return None
     return [
         (_text(err, "Key"), code, redact.shown(redact.scrub(_text(err, "Message"))))

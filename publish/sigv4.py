@@ -7,18 +7,21 @@ suite, which pins the algorithm down.
 
 from __future__ import annotations
 
-import datetime
-import hashlib
-import hmac
 import posixpath
-from collections.abc import Mapping, Sequence
-from typing import NamedTuple
-from urllib.parse import quote
+import time
 
-from publish.credentials import Credentials
+from publish import percent
+from publish.hashing import hmac_sha256, sha256_hex
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    import datetime
+    from collections.abc import Mapping, Sequence
+
+    from publish.credentials import Credentials
 
 ALGORITHM = "AWS4-HMAC-SHA256"
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+EMPTY_SHA256 = sha256_hex(b"")
 
 # Headers a proxy or the connection layer may add or change: never signed (botocore leaves out the same).
 UNSIGNED_HEADERS = frozenset(
@@ -39,25 +42,35 @@ UNSIGNED_HEADERS = frozenset(
 )
 
 
-class Signed(NamedTuple):
+class Signed:
     """The intermediate values of one signature, kept so tests can compare each step."""
 
-    canonical_request: str
-    string_to_sign: str
-    signature: str
-    authorization: str
+    __slots__ = ("canonical_request", "string_to_sign", "signature", "authorization")
+
+    def __init__(
+        self, canonical_request: str, string_to_sign: str, signature: str, authorization: str
+    ) -> None:
+        self.canonical_request = canonical_request
+        self.string_to_sign = string_to_sign
+        self.signature = signature
+        self.authorization = authorization
 
 
-def amz_date(now: datetime.datetime) -> str:
-    """``YYYYMMDDTHHMMSSZ`` in UTC; a naive datetime is taken as UTC."""
+def amz_date(now: datetime.datetime | float) -> str:
+    """``YYYYMMDDTHHMMSSZ`` in UTC of a datetime (a naive one taken as UTC) or of seconds since the epoch
+    (what the client passes: the datetime module is not imported for it)."""
+    if isinstance(now, (int, float)):
+        return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     if now.tzinfo is not None:
+        import datetime  # already loaded: the caller made the value
+
         now = now.astimezone(datetime.timezone.utc)
     return now.strftime("%Y%m%dT%H%M%SZ")
 
 
 def uri_encode(text: str, *, keep_slash: bool = False) -> str:
     """Percent-encode UTF-8 bytes of ``text`` except A-Z a-z 0-9 - _ . ~ (and '/' when asked)."""
-    return quote(text, safe="/~" if keep_slash else "~")
+    return percent.encode(text, keep_slash=keep_slash)
 
 
 def encode_path(path: str) -> str:
@@ -126,7 +139,7 @@ def signing_key(secret_access_key: str, date: str, region: str, service: str) ->
     """The derived key for one day, region and service (``date`` is YYYYMMDD)."""
     key = ("AWS4" + secret_access_key).encode("utf-8")
     for part in (date, region, service, "aws4_request"):
-        key = hmac.new(key, part.encode("utf-8"), hashlib.sha256).digest()
+        key = hmac_sha256(key, part.encode("utf-8"))
     return key
 
 
@@ -148,9 +161,9 @@ def sign(
     if the caller wants it); ``timestamp`` is the ``YYYYMMDDTHHMMSSZ`` time of signing."""
     creq, signed = canonical_request(method, path, query, headers, payload_sha256, s3=s3)
     scope = f"{timestamp[:8]}/{region}/{service}/aws4_request"
-    sts = "\n".join((ALGORITHM, timestamp, scope, hashlib.sha256(creq.encode("utf-8")).hexdigest()))
+    sts = "\n".join((ALGORITHM, timestamp, scope, sha256_hex(creq.encode("utf-8"))))
     key = signing_key(secret_access_key, timestamp[:8], region, service)
-    signature = hmac.new(key, sts.encode("utf-8"), hashlib.sha256).hexdigest()
+    signature = hmac_sha256(key, sts.encode("utf-8")).hex()
     authz = f"{ALGORITHM} Credential={access_key_id}/{scope}, SignedHeaders={signed}, Signature={signature}"
     return Signed(creq, sts, signature, authz)
 
@@ -162,7 +175,7 @@ def sign_s3(
     headers: Mapping[str, str],
     payload_sha256: str,
     creds: Credentials,
-    now: datetime.datetime,
+    now: datetime.datetime | float,
 ) -> dict[str, str]:
     """Sign an S3 request.
 

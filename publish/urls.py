@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
-import ipaddress
-import re
-
-# A DNS name (labels of letters, digits, '_' and inner '-', at most 63 each, an optional trailing dot: a
-# name already fully qualified) or an IPv4 literal, which has that shape too.
-_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
-_HOST_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
+# No re and no ipaddress at import: an S3 verb's start-up pays for every module (docs/perf-startup.md).
+# A label's characters: letters, digits and '_'; '-' too, but not first or last.
+_LABEL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
 def host_name_ok(host: str) -> bool:
-    """True when ``host`` is a DNS name (a trailing dot allowed) or an IPv4 literal: the one rule for every
-    URL the command takes (endpoints, proxies, vault locations)."""
-    return len(host) <= 254 and host.isascii() and _HOST_RE.fullmatch(host) is not None
+    """True when ``host`` is a DNS name (labels of letters, digits, '_' and inner '-', at most 63 each, one
+    optional trailing dot: a name already fully qualified) or an IPv4 literal, which has that shape too: the
+    one rule for every URL the command takes (endpoints, proxies, vault locations)."""
+    if not host or len(host) > 254 or not host.isascii():
+        return False
+    for label in (host[:-1] if host.endswith(".") else host).split("."):
+        if not 0 < len(label) <= 63 or label[0] == "-" or label[-1] == "-":
+            return False
+        if not _LABEL_CHARS.issuperset(label):
+            return False
+    return True
 
 
 def ipv6_why(literal: str) -> str:
     """Why the text between ``[`` and ``]`` is not an IPv6 address we connect to, or ``""`` when it is."""
     if "%" in literal:
         return "an IPv6 zone (%) is not supported"
+    import ipaddress  # only for a bracketed host
+
     try:
         ipaddress.IPv6Address(literal)
     except ValueError:
@@ -68,9 +74,13 @@ def _split_url(url: str, what: str) -> tuple[str, str, int]:
         raise ValueError(f"{what} URL must start with http:// or https://")
     scheme = scheme.lower()
     if scheme not in ("http", "https"):
+        import re  # only for this message
+
         shown = f" {scheme!r}" if re.fullmatch(r"[a-z][a-z0-9+.-]{0,9}", scheme) else ""
         raise ValueError(f"{what} URL scheme{shown} is not http or https")
-    netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    netloc = rest
+    for stop in "/?#":
+        netloc = netloc.partition(stop)[0]
     if "@" in netloc:
         raise ValueError(f"{what} URL must not contain a user name or password")
     tail = rest[len(netloc) :]

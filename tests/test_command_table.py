@@ -38,7 +38,8 @@ def test_a_posix_resolve_imports_nothing_of_the_network(tmp_path: Path) -> None:
         "import sys; from publish.cli import main; "
         f"code = main(['resolve', '-checkpoint', {str(tmp_path)!r}], {{}}, sys.stdout, sys.stderr); "
         "print(code, sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('ssl', 'http', 'xml', 'json', 're', 'typing', 'threading', 'socket', 'urllib') "
+        "('ssl', 'http', 'xml', 'json', 're', 'typing', 'threading', 'socket', 'urllib', 'collections', 'enum', "
+        "'functools', 'dataclasses') "
         "or m.startswith(('publish.creds', 'publish.stores.s3', 'publish.s3client', 'publish.net'))))"
     )
     r = subprocess.run(

@@ -12,13 +12,17 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Mapping
 
-from publish.credentials import Credentials
 from publish.creds.fields import FIELDS, NotAnswering, credentials_from_fields
 from publish.errors import CredentialsError
 from publish.fileio import read_at_most
 from publish.redact import shown
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from publish.credentials import Credentials
 
 # A session token is a few KiB at most; anything much larger is not a credential file.
 MAX_FILE = 64 * 1024

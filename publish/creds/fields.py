@@ -7,21 +7,24 @@ present but wrong, and the run stops).  Below the kinds (directory, vault) and t
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from typing import Protocol
-
 from publish import redact
 from publish.credentials import Credentials
 from publish.errors import CredentialsError
 from publish.redact import quoted
 from publish.urls import netloc, parse_endpoint
 
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Protocol
+else:
+    Protocol = object
+
 FIELDS = ("access_key_id", "secret_access_key", "session_token", "endpoint", "region")
 REQUIRED = ("access_key_id", "secret_access_key")
 SECRET_FIELDS = ("access_key_id", "secret_access_key", "session_token")  # never in a message, nor a piece
 
-_REGION = re.compile(r"[a-z0-9-]+\Z")
+_REGION_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
 class NotAnswering(Exception):
@@ -57,7 +60,7 @@ def credentials_from_fields(source: str, fields: Mapping[str, str]) -> Credentia
         if name not in fields:
             raise CredentialsError(f"no {name}", source)
     region = fields.get("region", "us-east-1")
-    if not _REGION.match(region):
+    if not region or not _REGION_CHARS.issuperset(region):
         raise CredentialsError(
             f"region {quoted(region)} is malformed; want lower-case letters, digits and -", source
         )

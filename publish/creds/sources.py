@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
 
-from publish.credentials import Credentials
 from publish.creds.directory import DirectorySource
 from publish.creds.fields import NotAnswering, Source
 from publish.errors import CredentialsError
 from publish.redact import quoted, url
 from publish.redact import shown as shown_as
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from publish.credentials import Credentials
 
 KINDS = ("secret", "file", "vault")
 

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
 
-from publish.credentials import Credentials
-from publish.deadline import Deadline
 from publish.errors import Failure, StoreError
 from publish.layout import PUB, S3_KEY_MAX, TOMB
-from publish.s3client import Renew, S3Client
+from publish.s3client import S3Client
 from publish.stores.base import Removal
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from publish.credentials import Credentials
+    from publish.deadline import Deadline
+    from publish.s3client import Renew
 
 #: The name of the probe object, directly under PREFIX (beside pub/), followed by random hex.
 PROBE_NAME = ".publish-probe-"
