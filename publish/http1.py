@@ -22,6 +22,7 @@ MAX_LINE = 65536
 MAX_HEADERS = 100
 MAX_INTERIM = 16
 _READ = 65536
+_STEP = 256 * 1024
 _TOKEN = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _HEX = b"0123456789abcdefABCDEF"
 _DIGITS = b"0123456789"
@@ -117,20 +118,21 @@ class Reader:
         return piece
 
     def exactly(self, n: int) -> bytes:
-        """``n`` bytes, fewer only at the end of the stream; read straight into one buffer of ``n``."""
-        out = bytearray(n)
-        view = memoryview(out)
+        """``n`` bytes, fewer only at the end of the stream; read straight into one buffer that grows (at
+        most doubling) as bytes arrive, so a large Content-Length never allocates what was not sent."""
         got = min(n, len(self._buf) - self._pos)
-        out[:got] = self._buf[self._pos : self._pos + got]
+        out = bytearray(self._buf[self._pos : self._pos + got])
         self._pos += got
         while got < n:
-            k = self._stream.recv_into(view[got:])
+            if got == len(out):
+                out += bytes(min(max(got, _STEP), n - got))
+            k = self._stream.recv_into(memoryview(out)[got:])  # the view is gone before the next resize
             if not k:
                 self.eof = True
                 break
             got += k
         self.consumed += got
-        return bytes(view[:got])
+        return bytes(out[:got]) if got < n else bytes(out)
 
 
 class Head:

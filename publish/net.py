@@ -54,8 +54,6 @@ __all__ = [
 DEFAULT_LIMIT = 1024 * 1024
 #: The cap on the body of an answer with a status of 300 or more (an error document is far smaller).
 ERROR_LIMIT = 64 * 1024
-#: The most one read asks of the stream, so a large cap never allocates the whole cap up front.
-_PIECE = 256 * 1024
 #: What a socket timeout is raised as (socket.timeout is TimeoutError from Python 3.10).
 _TIMEOUT = (TimeoutError, _socket.timeout)
 

@@ -257,6 +257,24 @@ def test_a_long_header_line_a_byte_at_a_time() -> None:
     assert head.get("x-long") == "v" * 60000 and stream.reads == len(wire)
 
 
+def test_a_large_content_length_allocates_only_what_arrived() -> None:
+    import tracemalloc
+
+    wire = b"HTTP/1.1 200 OK\r\nContent-Length: 50000000\r\n\r\n" + b"x" * 10
+    reader = http1.Reader(Pieces(wire, 65536))  # type: ignore[arg-type]
+    how = http1.framing(http1.read_head(reader), "GET")
+    tracemalloc.start()
+    try:
+        with pytest.raises(
+            http1.Incomplete, match=r"IncompleteRead\(10 bytes read, 49999990 more expected\)"
+        ):
+            http1.read_body(reader, how, 64 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 << 20
+
+
 # --------------------------------------------------------------------------------------------- imports
 
 HEAVY = [
