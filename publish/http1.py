@@ -8,6 +8,8 @@ folded (obs-fold, refused rather than joined: no S3 server folds, and a fold is 
 has no colon or a name that is not a token; more than 16 interim 1xx answers, or a 101 (never asked for);
 a Content-Length that is not digits, over 18 digits, or two different values; a Transfer-Encoding other than
 ``chunked``; a chunk size that is not 1 to 16 hex digits, or chunk data not followed by a line end.
+The connection is not kept after an answer with both Transfer-Encoding and Content-Length (a smuggling
+sign), nor when bytes follow the answer (the connection is out of step).
 Every line is found with one ``find`` over the bytes not yet searched, the buffer is one bytearray with an
 offset compacted only when over half is read: the whole response is read in time linear in its size.
 """

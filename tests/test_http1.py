@@ -102,6 +102,12 @@ def test_a_byte_past_the_answer_drops_the_connection() -> None:
     assert first.body == b"ok" and second.body == b"ok" and connections == 2
 
 
+def test_chunked_with_a_content_length_too_is_read_chunked_and_not_reused() -> None:
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n"
+    first, second, connections = twice(answer)
+    assert first.body == b"ab" and second.body == b"ok" and connections == 2
+
+
 def test_repeated_equal_content_lengths_accepted() -> None:
     with Canned([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2, 2\r\n\r\nok"]) as srv:
         assert get(srv).body == b"ok"
