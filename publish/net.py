@@ -1,20 +1,18 @@
 """Connections to one HTTP(S) server: direct or through one explicit proxy, verified TLS, a deadline.
 
-Environment proxies are never consulted (http.client does not read them; urllib is not used).  TLS trust is
-the cafile given, else the system trust found from the ``env`` mapping as Go's crypto/x509 finds it.  Every socket
-operation gets the time left before the request's deadline.
+Environment proxies are never consulted.  TLS trust is the cafile given, else the system trust found from the
+``env`` mapping as Go's crypto/x509 finds it.  Every socket operation gets the time left before the request's
+deadline.  Plain http:// loads neither ssl nor socket (only the _socket C module; responses are read by
+publish.http1): ssl and socket are imported by the functions that open https.
 """
 
 from __future__ import annotations
 
-import http.client
+import _socket
 import os
-import re
-import socket
-import ssl
 import time
-from collections.abc import Callable, Mapping
 
+from publish import http1
 from publish.neterrors import (
     Dropped,
     NetError,
@@ -26,9 +24,16 @@ from publish.neterrors import (
     Unreachable,
 )
 from publish.neterrors import reason as _reason
-from publish.streams import Facade, SockStream, Stream, TLSStream
+from publish.streams import SockStream, TLSStream
 from publish.trust import Trust, find_trust
 from publish.urls import netloc, parse_endpoint, parse_proxy
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    import ssl
+    from collections.abc import Callable, Mapping
+
+    from publish.streams import Stream
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -49,14 +54,16 @@ __all__ = [
 DEFAULT_LIMIT = 1024 * 1024
 #: The cap on the body of an answer with a status of 300 or more (an error document is far smaller).
 ERROR_LIMIT = 64 * 1024
-#: The most one read asks of the stream, so a large cap never allocates the whole cap up front.
-_PIECE = 256 * 1024
+#: What a socket timeout is raised as (socket.timeout is TimeoutError from Python 3.10).
+_TIMEOUT = (TimeoutError, _socket.timeout)
 
 
 # ------------------------------------------------------------------------------------ TLS context
 
 
 def _tls_context(trust: Trust) -> ssl.SSLContext:
+    import ssl
+
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the certificate and host name
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     trust.load(ctx)
@@ -65,8 +72,7 @@ def _tls_context(trust: Trust) -> ssl.SSLContext:
 
 # --------------------------------------------------------------------------------------- connector
 
-_TOKEN_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_BAD_VALUE_RE = re.compile(r"[\r\n\0]")
+_BAD_VALUE = "\r\n\0"
 
 
 class Response:
@@ -136,36 +142,60 @@ class Connector:
 
     # -- opening
 
-    def _connect(self, host: str, port: int, who: str) -> socket.socket:
+    def _dial(self, host: str, port: int) -> _socket.socket:
+        """socket.create_connection on _socket; the host as ASCII bytes (a str makes getaddrinfo load the
+        idna codec); each address tried with the time left."""
+        infos = _socket.getaddrinfo(host.encode("ascii"), port, 0, _socket.SOCK_STREAM)
+        err: OSError = OSError("getaddrinfo returns an empty list")
+        for family, kind, proto, _, addr in infos:
+            sock = _socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(self._left())
+                sock.connect(addr)
+            except BaseException as e:
+                sock.close()
+                if not isinstance(e, OSError):
+                    raise
+                err = e
+                continue
+            return sock
+        raise err
+
+    def _connect(self, host: str, port: int, who: str) -> _socket.socket:
         try:
             try:
-                sock = socket.create_connection((host, port), timeout=self._left())
-            except socket.gaierror:
+                sock = self._dial(host, port)
+            except _socket.gaierror:
                 if not (host.endswith(".") and host.strip(".")):
                     raise
                 # A fully qualified name that only the hosts file holds: glibc matches "localhost." to no
                 # line of it, Go's resolver matches it to "localhost".  Ask for the name without its dot.
-                sock = socket.create_connection((host.rstrip("."), port), timeout=self._left())
-        except socket.gaierror:
+                sock = self._dial(host.rstrip("."), port)
+        except _socket.gaierror:
             raise Unreachable(f"{who} does not answer: cannot resolve host name {host}") from None
-        except (socket.timeout, TimeoutError):
+        except _TIMEOUT:
             raise Unreachable(f"{who} does not answer: connect timed out") from None
         except OSError as e:
             raise Unreachable(f"{who} does not answer: {_reason(e)}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
         return sock
 
     def _handshake(self, op: Callable[[], object], who: str) -> None:
+        import ssl
+
         try:
             op()
         except ssl.SSLCertVerificationError as e:
             raise TLSFailure(f"{who}: certificate not trusted: {_reason(e)}") from None
-        except (socket.timeout, TimeoutError):
+        except _TIMEOUT:
             raise TimedOut(f"{who}: timed out in the TLS handshake") from None
         except (ssl.SSLError, OSError) as e:
             raise TLSFailure(f"{who}: TLS handshake failed: {_reason(e)}") from None
 
-    def _wrap(self, sock: socket.socket, ctx: ssl.SSLContext, host: str, who: str) -> ssl.SSLSocket:
+    def _wrap(self, raw: _socket.socket, ctx: ssl.SSLContext, host: str, who: str) -> ssl.SSLSocket:
+        import socket  # ssl wraps only a socket.socket
+
+        sock = socket.socket(raw.family, raw.type, raw.proto, fileno=raw.detach())
         ssock = ctx.wrap_socket(sock, server_hostname=host.rstrip("."), do_handshake_on_connect=False)
 
         def handshake() -> None:
@@ -182,30 +212,37 @@ class Connector:
     def _tunnel(self, stream: SockStream, who: str) -> SockStream:
         """CONNECT through the proxy; returns the stream to the target (bytes past the answer kept)."""
         hostport = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        reader = http1.Reader(stream)
         try:
             stream.sendall(f"CONNECT {hostport} HTTP/1.1\r\nHost: {hostport}\r\n\r\n".encode("ascii"))
-            data = b""
-            while b"\r\n\r\n" not in data:
-                if len(data) > 65536:
-                    raise NetError(f"{who}: answer to CONNECT too long")
-                piece = stream.recv(65536)
-                if not piece:
-                    raise Dropped(f"{who}: closed the connection in answer to CONNECT")
-                data += piece
-        except (socket.timeout, TimeoutError):
+            status_line = reader.line(65536)
+            line = status_line
+            while line:  # the headers, up to the empty line: 64 KiB in all
+                line = reader.line(65536 - reader.consumed)
+            if line is None:
+                raise Dropped(f"{who}: closed the connection in answer to CONNECT")
+        except (http1.BadResponse, http1.Closed) as e:
+            if isinstance(e, http1.Closed):
+                raise Dropped(f"{who}: closed the connection in answer to CONNECT") from None
+            raise NetError(f"{who}: answer to CONNECT too long") from None
+        except _TIMEOUT:
             raise TimedOut(f"{who}: no answer to CONNECT within the time left") from None
-        except (ssl.SSLError, OSError) as e:
+        except OSError as e:
             raise Dropped(f"{who}: connection dropped during CONNECT: {_reason(e)}") from None
-        head, _, rest = data.partition(b"\r\n\r\n")
-        status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
-        m = re.match(r"HTTP/1\.[01] (\d{3})(?: (.*))?$", status_line)
-        if not m:
+        assert status_line is not None
+        text = status_line.decode("latin-1")
+        code = text[9:12]
+        if (
+            text[:9] not in ("HTTP/1.0 ", "HTTP/1.1 ")
+            or not (code.isascii() and code.isdigit())
+            or text[12:13] not in ("", " ")
+        ):
             raise NetError(f"{who}: bad answer to CONNECT")
-        status = int(m.group(1))
+        status = int(code)
         if not 200 <= status < 300:
-            reason = (m.group(2) or "").strip()
+            reason = text[13:].strip()
             raise ProxyRefused(f"{who} refused CONNECT to {hostport}: {status} {reason}".rstrip())
-        return SockStream(stream.sock, self._left, pending=rest)
+        return SockStream(stream.sock, self._left, pending=reader.leftover())
 
     def _open(self) -> Stream:
         # The trust is found before connecting: a missing one fails without touching the network.
@@ -251,7 +288,7 @@ class Connector:
     # -- requests
 
     def _head(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> bytes:
-        if not _TOKEN_RE.match(method):
+        if not method.isascii() or not http1.is_token(method.encode("ascii")):
             raise ValueError("bad HTTP method")
         if not target.startswith("/") or not target.isascii() or any(ord(c) <= 0x20 for c in target):
             raise ValueError("bad request target: must be an encoded path starting with '/'")
@@ -262,7 +299,7 @@ class Connector:
         if "host" not in names:
             lines.append(f"Host: {self.host_header}")
         for k, v in headers.items():
-            if not _TOKEN_RE.match(k) or _BAD_VALUE_RE.search(v):
+            if not k.isascii() or not http1.is_token(k.encode("ascii")) or any(c in v for c in _BAD_VALUE):
                 raise ValueError(f"bad HTTP header {k!r}")
             lines.append(f"{k}: {v}")
         if "content-length" not in names and (body or method in ("PUT", "POST", "PATCH")):
@@ -300,51 +337,44 @@ class Connector:
             else:
                 stream.sendall(head)
                 stream.sendall(body)
-            resp = http.client.HTTPResponse(Facade(stream), method=method)  # type: ignore[arg-type]
-            resp.begin()
-            data = self._body(resp, method, limit if resp.status < 300 else error_limit)
+            reader = http1.Reader(stream)
+            answer = http1.read_head(reader)
+            how = http1.framing(answer, method)
+            data = self._body(reader, answer.status, how, limit if answer.status < 300 else error_limit)
         except NetError:
             self._drop()
             raise
-        except (socket.timeout, TimeoutError):
+        except _TIMEOUT:
             self._drop()
             raise TimedOut(f"{self.name}: no response within the time left") from None
-        except (ConnectionError, http.client.IncompleteRead, ssl.SSLError) as e:
+        except (http1.Closed, http1.Incomplete) as e:
             self._drop()
-            raise Dropped(f"{self.name}: connection dropped: {_reason(e)}") from None
-        except http.client.HTTPException as e:
+            raise Dropped(f"{self.name}: connection dropped: {e}") from None
+        except http1.BadResponse as e:
             self._drop()
-            raise NetError(f"{self.name}: bad HTTP response: {type(e).__name__}") from None
+            raise NetError(f"{self.name}: bad HTTP response: {e}") from None
         except OSError as e:
             self._drop()
             raise Dropped(f"{self.name}: connection dropped: {_reason(e)}") from None
-        if resp.will_close or not resp.isclosed():
-            self._drop()
+        if how.will_close or reader.eof or reader.leftover():
+            self._drop()  # a byte past the answer: the connection is out of step
         headers_out: dict[str, str] = {}
-        for k, v in resp.getheaders():
-            k = k.lower()
+        for k, v in answer.fields:
             headers_out[k] = f"{headers_out[k]}, {v}" if k in headers_out else v
-        return Response(resp.status, resp.reason, headers_out, data)
+        return Response(answer.status, answer.reason, headers_out, data)
 
-    def _body(self, resp: http.client.HTTPResponse, method: str, limit: int) -> bytes:
-        what = "response body" if resp.status < 300 else f"body of the HTTP {resp.status} answer"
-        length = resp.getheader("content-length", "")
-        if method != "HEAD" and length.isdigit() and int(length) > limit:
-            raise TooLarge(
-                f"{self.name}: {what} of {int(length)} bytes is larger than the limit of {limit} bytes",
-                int(length),
-                limit,
-                resp.status,
-            )
-        parts: list[bytes] = []
-        total = 0
-        while True:
-            piece = resp.read(min(_PIECE, limit + 1 - total))
-            if not piece:
-                return b"".join(parts)
-            parts.append(piece)
-            total += len(piece)
-            if total > limit:
+    def _body(self, reader: http1.Reader, status: int, how: http1.Framing, limit: int) -> bytes:
+        what = "response body" if status < 300 else f"body of the HTTP {status} answer"
+        try:
+            return http1.read_body(reader, how, limit)
+        except http1.OverLimit as e:
+            if e.size is not None:
                 raise TooLarge(
-                    f"{self.name}: {what} is larger than the limit of {limit} bytes", None, limit, resp.status
-                )
+                    f"{self.name}: {what} of {e.size} bytes is larger than the limit of {limit} bytes",
+                    e.size,
+                    limit,
+                    status,
+                ) from None
+            raise TooLarge(
+                f"{self.name}: {what} is larger than the limit of {limit} bytes", None, limit, status
+            ) from None

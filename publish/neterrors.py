@@ -5,8 +5,7 @@ Below both net and trust, so neither imports the other's privates; it imports no
 
 from __future__ import annotations
 
-import socket
-import ssl
+import sys
 
 
 class NetError(Exception):
@@ -48,14 +47,18 @@ class TooLarge(NetError):
 
 
 def reason(e: BaseException) -> str:
-    """A few lower-case words for why a socket or TLS operation failed."""
-    if isinstance(e, ssl.SSLCertVerificationError):
-        return e.verify_message or "certificate verify failed"
-    if isinstance(e, socket.gaierror):
+    """A few lower-case words for why a socket or TLS operation failed.
+
+    ssl and _socket are looked up, never imported: an error of theirs exists only once they are loaded."""
+    ssl = sys.modules.get("ssl")
+    if ssl is not None and isinstance(e, ssl.SSLCertVerificationError):
+        return str(e.verify_message or "certificate verify failed")
+    sock = sys.modules.get("_socket")
+    if sock is not None and isinstance(e, sock.gaierror):
         return "name not resolved"
     if isinstance(e, ConnectionRefusedError):
         return "connection refused"
-    if isinstance(e, (socket.timeout, TimeoutError)):
+    if isinstance(e, TimeoutError) or (sock is not None and isinstance(e, sock.timeout)):
         return "timed out"
     if isinstance(e, OSError) and e.strerror:
         return e.strerror.lower()

@@ -1,26 +1,28 @@
-"""Byte streams under http.client: a socket, or TLS over any stream (so TLS can run inside a proxy's TLS),
-each operation bounded by the time left before the request's deadline."""
+"""Byte streams under the HTTP reader: a socket, or TLS over any stream (so TLS can run inside a proxy's TLS),
+each operation bounded by the time left before the request's deadline.  ssl is imported only to build a
+TLSStream, so plain http:// loads no TLS code."""
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import io
 import select
-import socket
-import ssl
-from collections.abc import Callable
-from typing import Optional, Union
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    import _socket
+    import ssl
+    from collections.abc import Callable
+    from typing import Optional, Union
+
+    Clock = Callable[[], Optional[float]]  # the seconds left before the deadline (None: no deadline)
+    Stream = Union["SockStream", "TLSStream"]
 
 _CHUNK = 256 * 1024
 
-Clock = Callable[[], Optional[float]]  # the seconds left before the deadline (None: no deadline)
-
 
 class SockStream:
-    """A socket (plain or ssl.SSLSocket); every operation gets the time left."""
+    """A socket (a plain _socket.socket or an ssl.SSLSocket); every operation gets the time left."""
 
-    def __init__(self, sock: socket.socket, left: Clock, pending: bytes = b"") -> None:
+    def __init__(self, sock: _socket.socket, left: Clock, pending: bytes = b"") -> None:
         self.sock = sock
         self._left = left
         self._pending = pending
@@ -47,7 +49,8 @@ class SockStream:
 
     def idle_readable(self) -> bool:
         """True when data or EOF is waiting on a connection that should be quiet (the server closed it)."""
-        if self._pending or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
+        pending = getattr(self.sock, "pending", None)  # an ssl.SSLSocket's decrypted bytes
+        if self._pending or (pending is not None and pending()):
             return True
         try:
             readable, _, _ = select.select([self.sock], [], [], 0)
@@ -56,14 +59,20 @@ class SockStream:
         return bool(readable)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 - contextlib would load functools and collections
             self.sock.close()
+        except OSError:
+            pass
 
 
 class TLSStream:
     """TLS over another stream through memory BIOs: TLS inside a tunnel, itself maybe TLS (https proxy)."""
 
     def __init__(self, inner: SockStream, ctx: ssl.SSLContext, hostname: str) -> None:
+        import ssl
+
+        self._want_read = ssl.SSLWantReadError
+        self._zero = ssl.SSLZeroReturnError
         self.inner = inner
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
@@ -86,7 +95,7 @@ class TLSStream:
         while True:
             try:
                 result = op()
-            except ssl.SSLWantReadError:
+            except self._want_read:
                 self._flush()
                 self._fill()
                 continue
@@ -96,7 +105,7 @@ class TLSStream:
     def recv_into(self, buf: memoryview) -> int:
         try:
             n = self._call(lambda: self._obj.read(len(buf), buf))
-        except ssl.SSLZeroReturnError:
+        except self._zero:
             return 0
         assert isinstance(n, int)
         return n
@@ -104,34 +113,11 @@ class TLSStream:
     def sendall(self, data: bytes) -> None:
         view = memoryview(data)
         for i in range(0, len(view), _CHUNK):
-            self._call(functools.partial(self._obj.write, view[i : i + _CHUNK]))
+            piece = view[i : i + _CHUNK]
+            self._call(lambda: self._obj.write(piece))  # noqa: B023 - called before the loop moves on
 
     def idle_readable(self) -> bool:
         return self._obj.pending() > 0 or self._in.pending > 0 or self.inner.idle_readable()
 
     def close(self) -> None:
         self.inner.close()
-
-
-Stream = Union[SockStream, TLSStream]
-
-
-class Raw(io.RawIOBase):
-    def __init__(self, stream: Stream) -> None:
-        self._stream = stream
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: memoryview) -> int:  # type: ignore[override]
-        return self._stream.recv_into(memoryview(b).cast("B"))
-
-
-class Facade:
-    """What http.client.HTTPResponse needs of a socket: ``makefile('rb')``."""
-
-    def __init__(self, stream: Stream) -> None:
-        self._stream = stream
-
-    def makefile(self, mode: str) -> io.BufferedReader:
-        return io.BufferedReader(Raw(self._stream))

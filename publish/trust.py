@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
-import ssl
-from collections.abc import Mapping, Sequence
 
 from publish.neterrors import TrustNotFound, reason
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    import ssl
+    from collections.abc import Mapping, Sequence
 
 BUNDLE_PATHS: tuple[str, ...] = (
     "/etc/ssl/certs/ca-certificates.crt",
@@ -27,6 +30,8 @@ class Trust:
         self.cadata = cadata
 
     def load(self, ctx: ssl.SSLContext) -> None:
+        import ssl
+
         try:
             ctx.load_verify_locations(cafile=self.cafile, cadata=self.cadata)
         except (OSError, ssl.SSLError, ValueError) as e:

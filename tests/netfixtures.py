@@ -339,3 +339,76 @@ class TLSFront:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class Canned:
+    """A loopback HTTP server that answers the n-th request with ``answers[n]`` byte for byte, and closes
+    the connection after an answer in ``close_after`` (by index) or once the answers run out.  Each request is
+    read as its head up to the empty line plus a Content-Length body; ``heads`` lists them, ``connections``
+    counts the connections accepted.  A context manager; ``url`` is http://127.0.0.1:PORT."""
+
+    def __init__(self, answers: list[bytes], close_after: tuple[int, ...] = ()) -> None:
+        self.answers = answers
+        self.close_after = close_after
+        self.heads: list[bytes] = []
+        self.connections = 0
+        self.lock = threading.Lock()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(10)
+        data = b""
+        with conn:
+            while True:
+                try:
+                    while b"\r\n\r\n" not in data:
+                        piece = conn.recv(65536)
+                        if not piece:
+                            return
+                        data += piece
+                    head, _, data = data.partition(b"\r\n\r\n")
+                    length = 0
+                    for line in head.split(b"\r\n")[1:]:
+                        name, _, value = line.partition(b":")
+                        if name.strip().lower() == b"content-length":
+                            length = int(value)
+                    while len(data) < length:
+                        data += conn.recv(65536)
+                    data = data[length:]
+                    with self.lock:
+                        n = len(self.heads)
+                        self.heads.append(head)
+                    if n >= len(self.answers):
+                        return
+                    conn.sendall(self.answers[n])
+                    if n in self.close_after:
+                        conn.shutdown(socket.SHUT_WR)
+                        while conn.recv(65536):  # the client closes: no reset of unread bytes
+                            pass
+                        return
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Canned:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _socket
 import json
 import os
 import socket
@@ -242,16 +243,17 @@ def test_name_not_resolved_is_unreachable(monkeypatch: pytest.MonkeyPatch) -> No
     def fail(*args: object, **kwargs: object) -> object:
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
-    monkeypatch.setattr(socket, "getaddrinfo", fail)
+    monkeypatch.setattr(_socket, "getaddrinfo", fail)  # what publish.net connects with
     with pytest.raises(net.Unreachable, match="cannot resolve host name s3.invalid"):
         net.Connector("https://s3.invalid").request("GET", "/", {}, timeout=5)
 
 
 def test_connect_timeout_is_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
-    def slow(*args: object, **kwargs: object) -> object:
-        raise socket.timeout("timed out")
+    class Slow(_socket.socket):
+        def connect(self, address: object) -> None:
+            raise socket.timeout("timed out")
 
-    monkeypatch.setattr(socket, "create_connection", slow)
+    monkeypatch.setattr(_socket, "socket", Slow)  # what publish.net connects with
     with pytest.raises(net.Unreachable, match="does not answer: connect timed out"):
         net.Connector("http://127.0.0.1:9").request("GET", "/", {}, timeout=5)
 
