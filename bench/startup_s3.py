@@ -91,6 +91,7 @@ def main() -> int:
         raise SystemExit(f"{exe[0]} is missing: run ./build first")
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
+        (base / "weed").mkdir()
         weed = Weed(str(base / "weed"))
         front = None
         try:

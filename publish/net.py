@@ -196,7 +196,10 @@ class Connector:
         import socket  # ssl wraps only a socket.socket
 
         sock = socket.socket(raw.family, raw.type, raw.proto, fileno=raw.detach())
-        ssock = ctx.wrap_socket(sock, server_hostname=host.rstrip("."), do_handshake_on_connect=False)
+        # The name as ASCII bytes (urls checked it is ASCII): a str makes ssl import the idna codec, which
+        # brings stringprep and unicodedata into the start-up.
+        name = host.rstrip(".").encode("ascii")
+        ssock = ctx.wrap_socket(sock, server_hostname=name, do_handshake_on_connect=False)
 
         def handshake() -> None:
             ssock.settimeout(self._left())

@@ -76,7 +76,9 @@ class TLSStream:
         self.inner = inner
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
-        self._obj = ctx.wrap_bio(self._in, self._out, server_hostname=hostname.rstrip("."))
+        # ASCII bytes, not str: a str makes ssl import the idna codec (and unicodedata) for nothing.
+        name = hostname.rstrip(".").encode("ascii")
+        self._obj = ctx.wrap_bio(self._in, self._out, server_hostname=name)
         self._call(self._obj.do_handshake)
 
     def _flush(self) -> None:

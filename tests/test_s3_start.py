@@ -43,7 +43,6 @@ NEVER = {
     "hmac",
     "json",
     "typing",
-    "re",
     "ipaddress",
     "encodings.idna",
     "threading",
