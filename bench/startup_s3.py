@@ -172,7 +172,7 @@ def main() -> int:
                 ]
                 for name, (argv, e) in commands.items():
                     rows = importtime(prefix, argv, e)
-                    top = [r for r in rows if r[1].startswith("  ") and not r[1].startswith("   ")]
+                    top = [r for r in rows if r[1].startswith("   ") and not r[1].startswith("    ")]
                     print(
                         f"\n-X importtime, {name}: {len(rows)} modules; the largest imports of the verb "
                         "(cumulative us):\n"

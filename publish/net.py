@@ -2,8 +2,9 @@
 
 Environment proxies are never consulted.  TLS trust is the cafile given, else the system trust found from the
 ``env`` mapping as Go's crypto/x509 finds it.  Every socket operation gets the time left before the request's
-deadline.  Plain http:// loads neither ssl nor socket (only the _socket C module; responses are read by
-publish.http1): ssl and socket are imported by the functions that open https.
+deadline.  Connections are made with the _socket C module and responses read by publish.http1; https goes
+through publish.tls (the _ssl C module), imported by the functions that open it: no start-up loads the ssl or
+socket modules.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ from publish.urls import netloc, parse_endpoint, parse_proxy
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
-    import ssl
     from collections.abc import Callable, Mapping
 
     from publish.streams import Stream
+    from publish.tls import Conn, Context
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -61,11 +62,10 @@ _TIMEOUT = (TimeoutError, _socket.timeout)
 # ------------------------------------------------------------------------------------ TLS context
 
 
-def _tls_context(trust: Trust) -> ssl.SSLContext:
-    import ssl
+def _tls_context(trust: Trust) -> Context:
+    from publish import tls
 
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the certificate and host name
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx = tls.client_context()  # verifies the certificate and host name, TLS 1.2 or later
     trust.load(ctx)
     return ctx
 
@@ -109,8 +109,8 @@ class Connector:
         self.proxy = parse_proxy(proxy) if proxy is not None else None
         self._cafile = cafile
         self._env = dict(env)
-        self._ctx: ssl.SSLContext | None = None
-        self._proxy_ctx: ssl.SSLContext | None = None
+        self._ctx: Context | None = None
+        self._proxy_ctx: Context | None = None
         self._stream: Stream | None = None
         self._deadline: float | None = None
 
@@ -124,7 +124,7 @@ class Connector:
             raise TimedOut(f"{self.name}: timed out")
         return left
 
-    def _target_ctx(self) -> ssl.SSLContext:
+    def _target_ctx(self) -> Context:
         if self._ctx is None:
             if self._cafile is not None:
                 if not os.path.isfile(self._cafile):
@@ -135,7 +135,7 @@ class Connector:
             self._ctx = _tls_context(trust)
         return self._ctx
 
-    def _system_ctx(self) -> ssl.SSLContext:
+    def _system_ctx(self) -> Context:
         if self._proxy_ctx is None:
             self._proxy_ctx = _tls_context(find_trust(self._env))
         return self._proxy_ctx
@@ -181,25 +181,21 @@ class Connector:
         return sock
 
     def _handshake(self, op: Callable[[], object], who: str) -> None:
-        import ssl
+        from publish import tls
 
         try:
             op()
-        except ssl.SSLCertVerificationError as e:
+        except tls.CertVerificationError as e:
             raise TLSFailure(f"{who}: certificate not trusted: {_reason(e)}") from None
         except _TIMEOUT:
             raise TimedOut(f"{who}: timed out in the TLS handshake") from None
-        except (ssl.SSLError, OSError) as e:
+        except (tls.Error, OSError) as e:
             raise TLSFailure(f"{who}: TLS handshake failed: {_reason(e)}") from None
 
-    def _wrap(self, raw: _socket.socket, ctx: ssl.SSLContext, host: str, who: str) -> ssl.SSLSocket:
-        import socket  # ssl wraps only a socket.socket
+    def _wrap(self, sock: _socket.socket, ctx: Context, host: str, who: str) -> Conn:
+        from publish import tls
 
-        sock = socket.socket(raw.family, raw.type, raw.proto, fileno=raw.detach())
-        # The name as ASCII bytes (urls checked it is ASCII): a str makes ssl import the idna codec, which
-        # brings stringprep and unicodedata into the start-up.
-        name = host.rstrip(".").encode("ascii")
-        ssock = ctx.wrap_socket(sock, server_hostname=name, do_handshake_on_connect=False)
+        ssock = tls.Conn(ctx, sock, host)
 
         def handshake() -> None:
             ssock.settimeout(self._left())
@@ -250,6 +246,7 @@ class Connector:
     def _open(self) -> Stream:
         # The trust is found before connecting: a missing one fails without touching the network.
         ctx = self._target_ctx() if self.scheme == "https" else None
+        sock: _socket.socket | Conn
         if self.proxy is None:
             sock = self._connect(self.host, self.port, self.name)
             if ctx is not None:

@@ -49,8 +49,8 @@ class TooLarge(NetError):
 def reason(e: BaseException) -> str:
     """A few lower-case words for why a socket or TLS operation failed.
 
-    ssl and _socket are looked up, never imported: an error of theirs exists only once they are loaded."""
-    ssl = sys.modules.get("ssl")
+    _ssl and _socket are looked up, never imported: an error of theirs exists only once they are loaded."""
+    ssl = sys.modules.get("_ssl")
     if ssl is not None and isinstance(e, ssl.SSLCertVerificationError):
         return str(e.verify_message or "certificate verify failed")
     sock = sys.modules.get("_socket")

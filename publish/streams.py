@@ -1,6 +1,6 @@
 """Byte streams under the HTTP reader: a socket, or TLS over any stream (so TLS can run inside a proxy's TLS),
-each operation bounded by the time left before the request's deadline.  ssl is imported only to build a
-TLSStream, so plain http:// loads no TLS code."""
+each operation bounded by the time left before the request's deadline.  publish.tls is imported only to
+build a TLSStream, so plain http:// loads no TLS code."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import select
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     import _socket
-    import ssl
     from collections.abc import Callable
     from typing import Optional, Union
+
+    from publish.tls import Conn, Context
 
     Clock = Callable[[], Optional[float]]  # the seconds left before the deadline (None: no deadline)
     Stream = Union["SockStream", "TLSStream"]
@@ -20,9 +21,9 @@ _CHUNK = 256 * 1024
 
 
 class SockStream:
-    """A socket (a plain _socket.socket or an ssl.SSLSocket); every operation gets the time left."""
+    """A socket (a plain _socket.socket or a publish.tls.Conn); every operation gets the time left."""
 
-    def __init__(self, sock: _socket.socket, left: Clock, pending: bytes = b"") -> None:
+    def __init__(self, sock: _socket.socket | Conn, left: Clock, pending: bytes = b"") -> None:
         self.sock = sock
         self._left = left
         self._pending = pending
@@ -49,7 +50,7 @@ class SockStream:
 
     def idle_readable(self) -> bool:
         """True when data or EOF is waiting on a connection that should be quiet (the server closed it)."""
-        pending = getattr(self.sock, "pending", None)  # an ssl.SSLSocket's decrypted bytes
+        pending = getattr(self.sock, "pending", None)  # a tls.Conn's decrypted bytes
         if self._pending or (pending is not None and pending()):
             return True
         try:
@@ -68,17 +69,15 @@ class SockStream:
 class TLSStream:
     """TLS over another stream through memory BIOs: TLS inside a tunnel, itself maybe TLS (https proxy)."""
 
-    def __init__(self, inner: SockStream, ctx: ssl.SSLContext, hostname: str) -> None:
-        import ssl
+    def __init__(self, inner: SockStream, ctx: Context, hostname: str) -> None:
+        from publish import tls
 
-        self._want_read = ssl.SSLWantReadError
-        self._zero = ssl.SSLZeroReturnError
+        self._want_read = tls.WantRead
+        self._zero = (tls.ZeroReturn, tls.RaggedEOF)
         self.inner = inner
-        self._in = ssl.MemoryBIO()
-        self._out = ssl.MemoryBIO()
-        # ASCII bytes, not str: a str makes ssl import the idna codec (and unicodedata) for nothing.
-        name = hostname.rstrip(".").encode("ascii")
-        self._obj = ctx.wrap_bio(self._in, self._out, server_hostname=name)
+        self._in = tls.MemoryBIO()
+        self._out = tls.MemoryBIO()
+        self._obj = tls.wrap_bio(ctx, self._in, self._out, hostname)
         self._call(self._obj.do_handshake)
 
     def _flush(self) -> None:

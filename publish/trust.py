@@ -8,8 +8,9 @@ from publish.neterrors import TrustNotFound, reason
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
-    import ssl
     from collections.abc import Mapping, Sequence
+
+    from publish.tls import Context
 
 BUNDLE_PATHS: tuple[str, ...] = (
     "/etc/ssl/certs/ca-certificates.crt",
@@ -29,12 +30,10 @@ class Trust:
         self.cafile = cafile
         self.cadata = cadata
 
-    def load(self, ctx: ssl.SSLContext) -> None:
-        import ssl
-
+    def load(self, ctx: Context) -> None:
         try:
             ctx.load_verify_locations(cafile=self.cafile, cadata=self.cadata)
-        except (OSError, ssl.SSLError, ValueError) as e:
+        except (OSError, ValueError) as e:  # an SSLError is an OSError
             raise TrustNotFound(f"cannot load CA certificates from {self.where}: {reason(e)}") from None
 
 
