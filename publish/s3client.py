@@ -17,7 +17,7 @@ from publish import net, redact, s3xml, sigv4
 from publish.deadline import UNBOUNDED
 from publish.errors import StoreError
 from publish.hashing import md5_digest, sha256, sha256_hex
-from publish.s3retry import Answer, Clock, Policy, refused, retrying, time_left, timed_out
+from publish.s3retry import Answer, Clock, Counts, Policy, jitter, refused, retrying, time_left, timed_out
 from publish.s3xml import Listing
 
 # Only modules already loaded, or built into the interpreter, at import: every one an S3 verb imports costs its
@@ -54,19 +54,6 @@ if TYPE_CHECKING:
     Renew = Callable[[str], Credentials]
 
 
-class Counts(dict):  # type: ignore[type-arg]
-    """Requests sent, by operation: 0 for one never sent (as collections.Counter, without its import)."""
-
-    def __missing__(self, key: str) -> int:
-        return 0
-
-
-def _random() -> float:
-    import random  # the first retry pays for it, not every start
-
-    return random.random()
-
-
 class S3Client:
     """Requests to one bucket at ``creds.endpoint``.  Thread-safe: requests are sent one at a time.
 
@@ -85,7 +72,7 @@ class S3Client:
         renew: Renew | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        rand: Callable[[], float] = _random,
+        rand: Callable[[], float] = jitter,
         now: Callable[[], datetime.datetime | float] = time.time,
         connector: net.Connector | None = None,
     ) -> None:

@@ -85,6 +85,21 @@ class Clock:
         self.deadline = deadline
 
 
+class Counts(dict):  # type: ignore[type-arg]
+    """Requests sent, by operation, resends included: 0 for one never sent (collections.Counter's import
+    would cost the start-up)."""
+
+    def __missing__(self, key: str) -> int:
+        return 0
+
+
+def jitter() -> float:
+    """A random number in [0, 1) for the backoff; random is imported by the first retry, not by every start."""
+    import random
+
+    return random.random()
+
+
 def timed_out(deadline: Deadline, op: str, thing: str) -> StoreError:
     """``OP THING: timed out (the time given was Ns)``."""
     given = f" (the time given was {deadline.timeout:g}s)" if deadline.timeout is not None else ""

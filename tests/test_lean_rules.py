@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from publish import hashing, percent, roots, s3xml, sigv4, urls
 from publish.errors import Failure, StoreError
-from publish.s3client import Counts
+from publish.s3retry import Counts
 
 _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _OLD_HOST = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")

@@ -173,3 +173,59 @@ def test_a_restarted_process_does_not_hold_older_payloads_in_memory(tmp_path: Pa
     grew_kib = int(out.stdout.strip())
     assert grew_kib < 64 << 10, f"peak memory grew by {grew_kib} KiB"
     assert steps(snapshots.list_valid(tmp_path)) == [3, 2]
+
+
+def wait_for(condition: Any, seconds: float = 20.0) -> bool:
+    """Poll ``condition`` until it holds or ``seconds`` pass; whether it held."""
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_the_first_save_checks_older_snapshots_while_the_new_one_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from publish.snapshots import _save
+
+    made = [snapshots.save_checkpoint(tmp_path, payload_for(s), keep_last=3) for s in (1, 2)]
+    restart(monkeypatch)
+    real = _save.write
+    seen: list[bool] = []
+
+    def write_once_checked(*args: Any) -> Any:
+        # The older snapshots' digests are checked on another thread before this write ends.
+        seen.append(wait_for(lambda: all(str(d) in snapshots._verified for d in made)))
+        return real(*args)
+
+    monkeypatch.setattr(_save, "write", write_once_checked)
+    snapshots.save_checkpoint(tmp_path, payload_for(3))
+    assert seen == [True]
+    assert steps(snapshots.list_valid(tmp_path)) == [3, 2]
+
+
+def test_a_snapshot_changed_after_the_early_check_is_checked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from publish.snapshots import _save
+
+    made = [snapshots.save_checkpoint(tmp_path, payload_for(s, 4096), keep_last=3) for s in (1, 2)]
+    restart(monkeypatch)
+    real = _save.write
+
+    def corrupt_after_the_check(*args: Any) -> Any:
+        assert wait_for(lambda: str(made[0]) in snapshots._verified)
+        flip(made[0] / "checkpoint.pt", 100)  # after the early check said it was good
+        return real(*args)
+
+    monkeypatch.setattr(_save, "write", corrupt_after_the_check)
+    with caplog.at_level(logging.WARNING, logger="publish.snapshots"):
+        snapshots.save_checkpoint(tmp_path, payload_for(3), keep_last=2)
+    # Retention hashed it again: corrupt now, so left in place and not counted; 3 and 2 are kept.
+    assert sorted(os.listdir(made[0])) == ["READY", "checkpoint.pt", "manifest.json"]
+    assert f"retention: left {made[0]} in place: {made[0]}/checkpoint.pt: SHA-256 differs" in caplog.text
+    assert steps(snapshots.list_valid(tmp_path)) == [3, 2]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -254,11 +255,12 @@ def save_checkpoint(root: PathLike, payload: dict[str, Any], keep_last: int | No
     if not exists:
         _fs.make_root(path)
     if keep_last is not None:
-        _drop_cache_of_superseded(path, keep_last)
+        _fs.drop_cache_of_superseded(path, list(_verified), keep_last, PAYLOAD)
     ident = uuid.uuid4().hex
     name = dir_name(step, ident)
     directory = os.path.join(path, name)
     os.mkdir(directory)
+    precheck = _precheck(path) if keep_last is not None else None
     try:
         digest, size, marks = _save.write(directory, PAYLOAD, payload)
         data = manifest_bytes(step, ident, digest, size, time.time_ns())
@@ -272,35 +274,34 @@ def save_checkpoint(root: PathLike, payload: dict[str, Any], keep_last: int | No
         _invalidate(directory)
         raise
     if keep_last is not None:
+        if precheck is not None:
+            _payload._join(precheck)
         _retain(path, new, keep_last)
     return Path(directory)
 
 
-def _drop_cache_of_superseded(root: str, keep_last: int) -> None:
-    """Ask the kernel to drop the cached pages of the payloads this save will make retention remove.
+def _precheck(root: str) -> threading.Thread | None:
+    """Check, on a thread of its own, the payload digests of the snapshots in ``root`` that this process has
+    not verified, while the new one is written: on the first save after a restart retention's checks then
+    overlap the write and its fsyncs instead of following them.  Only a head start: what it verifies goes to
+    the cache retention consults, which checks each snapshot is unchanged since (else hashes it again)
+    before it decides anything.  Nothing when every snapshot is already verified."""
+    try:
+        todo = [e for e in _scan(root) if isinstance(e, _Meta) and not _still_verified(e)]
+    except Exception:  # noqa: BLE001 - retention lists the root again and reports what fails
+        return None
+    if not todo:
+        return None
 
-    They are the snapshots this process verified beyond the newest ``keep_last - 1`` in ``root``.  Only a
-    hint (``POSIX_FADV_DONTNEED`` on clean pages): nothing is read, written or removed, and a snapshot that
-    stays (the save fails, or it is older than what it supersedes) is only read from the disk again.  The
-    new payload's pages then take the memory those pages held instead of pushing other data out of the
-    cache, and removing the old payload later has no pages left to free.
-    """
-    if not hasattr(os, "posix_fadvise"):
-        return
-    prefix = root + os.sep
-    mine = [p for p in _verified if p.startswith(prefix) and os.sep not in p[len(prefix) :]]
-    mine.sort(key=lambda p: os.path.basename(p)[5:17], reverse=True)  # by step, newest first
-    for directory in mine[keep_last - 1 :]:
+    def run() -> None:
         try:
-            fd, _ = _fs.open_regular(os.path.join(directory, PAYLOAD))
-        except (OSError, SnapshotError):
-            continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+            _check_unverified(todo, threads=1)
+        except Exception as e:  # noqa: BLE001 - only a head start: retention checks again
+            log.debug("retention: early check of %s failed: %s", root, _reason(e))
+
+    thread = threading.Thread(target=run, name="publish-snapshots-precheck", daemon=True)
+    thread.start()
+    return thread
 
 
 def _fingerprint_now(meta: _Meta) -> _payload.Fingerprint:
@@ -312,7 +313,7 @@ def _still_verified(meta: _Meta) -> bool:
     return cached is not None and cached == (meta.ready, meta.manifest_bytes, _fingerprint_now(meta))
 
 
-def _check_unverified(entries: list[_Meta]) -> dict[str, str]:
+def _check_unverified(entries: list[_Meta], threads: int | None = None) -> dict[str, str]:
     """Check the payload digest of each snapshot not verified since it last changed (in parallel, one per
     CPU); the reason for each one that failed.  A snapshot's READY and manifest were checked by the scan, so
     a matching digest shows its payload is the file its writer wrote and verified: nothing is deserialised.
@@ -326,7 +327,7 @@ def _check_unverified(entries: list[_Meta]) -> dict[str, str]:
         except (SnapshotError, OSError) as e:
             failed[entry.path] = _reason(e)
     jobs = [(os.path.join(m.path, PAYLOAD), m.manifest) for m in todo]
-    for meta, result in zip(todo, _payload.check_digests(jobs, _cpus()), strict=True):
+    for meta, result in zip(todo, _payload.check_digests(jobs, threads or _cpus()), strict=True):
         if isinstance(result, Exception):
             failed[meta.path] = _reason(result)
         else:

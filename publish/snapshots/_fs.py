@@ -223,3 +223,31 @@ def remove_snapshot(root: str, name: str, files: tuple[str, ...], check: Callabl
         return True
     finally:
         os.close(root_fd)
+
+
+def drop_cache_of_superseded(root: str, verified: list[str], keep_last: int, payload: str) -> None:
+    """Ask the kernel to drop the cached pages of the payloads this save will make retention remove.
+
+    They are the snapshots this process verified (``verified``: their directories) beyond the newest
+    ``keep_last - 1`` in ``root``.  Only a hint (``POSIX_FADV_DONTNEED`` on clean pages): nothing is read,
+    written or removed, and a snapshot that
+    stays (the save fails, or it is older than what it supersedes) is only read from the disk again.  The
+    new payload's pages then take the memory those pages held instead of pushing other data out of the
+    cache, and removing the old payload later has no pages left to free.
+    """
+    if not hasattr(os, "posix_fadvise"):
+        return
+    prefix = root + os.sep
+    mine = [p for p in verified if p.startswith(prefix) and os.sep not in p[len(prefix) :]]
+    mine.sort(key=lambda p: os.path.basename(p)[5:17], reverse=True)  # by step, newest first
+    for directory in mine[keep_last - 1 :]:
+        try:
+            fd, _ = open_regular(os.path.join(directory, payload))
+        except (OSError, SnapshotError):
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
