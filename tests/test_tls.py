@@ -52,6 +52,7 @@ def read_request(conn: ssl.SSLSocket) -> None:
         data += piece
 
 
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")
 def test_a_server_that_only_speaks_tls_1_1_is_refused(tmp_path: Path) -> None:
     ca = TestCA(tmp_path)
     port = serve_once(
