@@ -80,7 +80,22 @@ class _Base(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class _Running:
+class Closing:
+    """A context manager that calls ``close()`` on the way out."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class _Running(Closing):
     """Start ``handler`` on a free loopback port in a thread; a context manager."""
 
     handler: type[_Base]
@@ -100,14 +115,6 @@ class _Running:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 class ServerHandler(_Base):
@@ -341,7 +348,7 @@ class TLSFront:
         self.sock.close()
 
 
-class Canned:
+class Canned(Closing):
     """A loopback HTTP server that answers the n-th request with ``answers[n]`` byte for byte, and closes
     the connection after an answer in ``close_after`` (by index) or once the answers run out.  Each request is
     read as its head up to the empty line plus a Content-Length body; ``heads`` lists them, ``connections``
@@ -404,11 +411,3 @@ class Canned:
 
     def close(self) -> None:
         self.sock.close()
-
-    def __enter__(self) -> Canned:
-        return self
-
-    def __exit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
