@@ -95,6 +95,37 @@ class Closing:
         self.close()
 
 
+class Listening(Closing):
+    """A TCP server on a free loopback port (``port``): each connection goes to ``_serve`` on a thread of its
+    own; ``close()`` stops accepting."""
+
+    sock: socket.socket
+    port: int
+
+    def _listen(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self._accepted()
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _accepted(self) -> None:
+        """Called for each connection before it is served."""
+
+    def _serve(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 class _Running(Closing):
     """Start ``handler`` on a free loopback port in a thread; a context manager."""
 
@@ -313,26 +344,16 @@ class Proxy(_Running):
         return [(s.method, s.target if s.method == "CONNECT" else urlsplit(s.target).path) for s in self.seen]
 
 
-class TLSFront:
+class TLSFront(Listening):
     """TLS on a loopback port in front of a real server (SeaweedFS, moto): each connection is decrypted here
     and its bytes relayed to ``upstream``.  ``endpoint`` is its https:// URL; ``handshakes`` counts clients."""
 
     def __init__(self, upstream: tuple[str, int], context: ssl.SSLContext) -> None:
         self.upstream = upstream
         self.context = context
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.endpoint = f"https://127.0.0.1:{self.port}"
         self.handshakes = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        self._listen()
+        self.endpoint = f"https://127.0.0.1:{self.port}"
 
     def _serve(self, conn: socket.socket) -> None:
         try:
@@ -344,11 +365,8 @@ class TLSFront:
         with tls, socket.create_connection(self.upstream) as up:
             relay(tls, up)
 
-    def close(self) -> None:
-        self.sock.close()
 
-
-class Canned(Closing):
+class Canned(Listening):
     """A loopback HTTP server that answers the n-th request with ``answers[n]`` byte for byte, and closes
     the connection after an answer in ``close_after`` (by index) or once the answers run out.  Each request is
     read as its head up to the empty line plus a Content-Length body; ``heads`` lists them, ``connections``
@@ -360,20 +378,12 @@ class Canned(Closing):
         self.heads: list[bytes] = []
         self.connections = 0
         self.lock = threading.Lock()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
+        self._listen()
         self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._accept, daemon=True).start()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with self.lock:
-                self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+    def _accepted(self) -> None:
+        with self.lock:
+            self.connections += 1
 
     def _serve(self, conn: socket.socket) -> None:
         conn.settimeout(10)
@@ -408,6 +418,3 @@ class Canned(Closing):
                         return
                 except OSError:
                     return
-
-    def close(self) -> None:
-        self.sock.close()
