@@ -23,10 +23,12 @@ from publish.neterrors import (
     TooLarge,
     TrustNotFound,
     Unreachable,
+    Untrusted,
 )
 from publish.neterrors import reason as _reason
 from publish.streams import SockStream, TLSStream
 from publish.trust import Trust, find_trust
+from publish.trustcache import lazy
 from publish.urls import netloc, parse_endpoint, parse_proxy
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
@@ -70,6 +72,11 @@ def _tls_context(trust: Trust) -> Context:
     return ctx
 
 
+def _whole(trust: Trust | None) -> Trust | None:
+    """``trust`` read from its bundle file, if it was read from a hashed copy of it; else None."""
+    return trust.whole() if trust is not None and trust.capath is not None else None
+
+
 # --------------------------------------------------------------------------------------- connector
 
 _BAD_VALUE = "\r\n\0"
@@ -111,6 +118,8 @@ class Connector:
         self._env = dict(env)
         self._ctx: Context | None = None
         self._proxy_ctx: Context | None = None
+        self._trust: Trust | None = None  # what _ctx and _proxy_ctx were made from
+        self._proxy_trust: Trust | None = None
         self._stream: Stream | None = None
         self._deadline: float | None = None
 
@@ -132,13 +141,26 @@ class Connector:
                 trust = Trust(f"CA file {self._cafile}", cafile=self._cafile)
             else:
                 trust = find_trust(self._env)
-            self._ctx = _tls_context(trust)
+            self._trust = lazy(trust, self._env)
+            self._ctx = _tls_context(self._trust)
         return self._ctx
 
     def _system_ctx(self) -> Context:
         if self._proxy_ctx is None:
-            self._proxy_ctx = _tls_context(find_trust(self._env))
+            self._proxy_trust = lazy(find_trust(self._env), self._env)
+            self._proxy_ctx = _tls_context(self._proxy_trust)
         return self._proxy_ctx
+
+    def _read_whole_bundles(self) -> bool:
+        """After a chain did not verify: make the contexts that read a hashed copy of a bundle read the
+        bundle file itself (publish.trustcache), so the copy never changes what is trusted.  True if any
+        did."""
+        target, proxy = _whole(self._trust), _whole(self._proxy_trust)
+        if target is not None:
+            self._trust, self._ctx = target, _tls_context(target)
+        if proxy is not None:
+            self._proxy_trust, self._proxy_ctx = proxy, _tls_context(proxy)
+        return target is not None or proxy is not None
 
     # -- opening
 
@@ -186,7 +208,7 @@ class Connector:
         try:
             op()
         except tls.CertVerificationError as e:
-            raise TLSFailure(f"{who}: certificate not trusted: {_reason(e)}") from None
+            raise Untrusted(f"{who}: certificate not trusted: {_reason(e)}") from None
         except _TIMEOUT:
             raise TimedOut(f"{who}: timed out in the TLS handshake") from None
         except (tls.Error, OSError) as e:
@@ -244,6 +266,14 @@ class Connector:
         return SockStream(stream.sock, self._left, pending=reader.leftover())
 
     def _open(self) -> Stream:
+        try:
+            return self._open_once()
+        except Untrusted:
+            if not self._read_whole_bundles():
+                raise
+            return self._open_once()
+
+    def _open_once(self) -> Stream:
         # The trust is found before connecting: a missing one fails without touching the network.
         ctx = self._target_ctx() if self.scheme == "https" else None
         sock: _socket.socket | Conn

@@ -28,6 +28,10 @@ class TLSFailure(NetError):
     """Certificate verification failed or the TLS handshake failed."""
 
 
+class Untrusted(TLSFailure):
+    """The server's certificate chain did not verify against the trust."""
+
+
 class ProxyRefused(NetError):
     """The proxy answered CONNECT with a non-2xx status."""
 

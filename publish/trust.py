@@ -23,18 +23,30 @@ BUNDLE_PATHS: tuple[str, ...] = (
 
 
 class Trust:
-    """Where CA certificates come from: a bundle file, or PEM text gathered from a directory."""
+    """Where CA certificates come from: a bundle file, or PEM text gathered from a directory.  With
+    ``capath`` (publish.trustcache), the bundle ``cafile`` is read from that hashed copy of it instead, one
+    certificate when a chain needs it."""
 
-    def __init__(self, where: str, cafile: str | None = None, cadata: str | None = None) -> None:
+    def __init__(
+        self, where: str, cafile: str | None = None, cadata: str | None = None, capath: str | None = None
+    ) -> None:
         self.where = where
         self.cafile = cafile
         self.cadata = cadata
+        self.capath = capath
 
     def load(self, ctx: Context) -> None:
         try:
-            ctx.load_verify_locations(cafile=self.cafile, cadata=self.cadata)
+            if self.capath is not None:
+                ctx.load_verify_locations(capath=self.capath)
+            else:
+                ctx.load_verify_locations(cafile=self.cafile, cadata=self.cadata)
         except (OSError, ValueError) as e:  # an SSLError is an OSError
             raise TrustNotFound(f"cannot load CA certificates from {self.where}: {reason(e)}") from None
+
+    def whole(self) -> Trust:
+        """The same trust, read from its bundle file itself."""
+        return Trust(self.where, cafile=self.cafile, cadata=self.cadata)
 
 
 def _dir_pem(directory: str) -> str:

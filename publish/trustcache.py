@@ -1,0 +1,223 @@
+"""A CA bundle kept as a hashed directory in the user's cache, so that OpenSSL reads only the CAs it needs.
+
+A bundle file of some 150 certificates costs OpenSSL about 50 ms of CPU to parse on every start, more than an
+S3 ``resolve`` costs otherwise.  The same certificates, one per file and named by subject hash
+(publish.caname), are read only when a chain needs one.  The copy lives in the one-file build's cache
+directory, ``$PUBLISH_CACHE_DIR`` (``off``: none), else ``$XDG_CACHE_HOME/publish``, else
+``$HOME/.cache/publish``, as ``ca-DEV-INODE-SIZE-MTIME-CTIME`` (hex) of the bundle it was made from, so a
+changed bundle gets a new copy.  It is used only under the rules the one-file cache follows: the cache
+directory and the copy are directories of this user's, not symbolic links, writable by no other user; a copy
+is filled in a private temporary directory, made durable and renamed into place complete.  Any doubt (a
+bundle OpenSSL might read otherwise, a refused directory, a failed write) leaves the bundle file to OpenSSL,
+parsed whole, as before; publish.net also goes back to the whole bundle when a chain does not verify with
+the copy, so the copy can make a start faster but never changes which servers are trusted.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from publish.trust import Trust
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+#: A bundle smaller than this is parsed whole: a handful of certificates costs OpenSSL less than a copy.
+SMALLEST = 32 * 1024
+#: A bundle larger than this is parsed whole, by OpenSSL, and never read by this module.
+LARGEST = 8 * 1024 * 1024
+
+
+def cache_dir(env: Mapping[str, str]) -> str | None:
+    """The cache directory, as the one-file build finds it; None for none."""
+    value = env.get("PUBLISH_CACHE_DIR", "")
+    if value:  # `off`, or a path that is not absolute (the one file warns of that): no cache
+        return (value.rstrip("/") or "/") if value.startswith("/") else None
+    xdg = env.get("XDG_CACHE_HOME", "")
+    if xdg.startswith("/"):
+        return xdg.rstrip("/") + "/publish"
+    home = env.get("HOME", "")
+    if home.startswith("/"):
+        return home.rstrip("/") + "/.cache/publish"
+    return None
+
+
+def _ours(st: os.stat_result) -> bool:
+    """A directory of this user's that no other user may write to."""
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _open_cache(path: str) -> int | None:
+    """The cache directory's descriptor (made, with its missing parents, mode 0700), or None if refused."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if _ours(os.fstat(fd)):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _pem(der: bytes) -> bytes:
+    import binascii
+
+    text = binascii.b2a_base64(der, newline=False)
+    lines = [text[i : i + 64] for i in range(0, len(text), 64)]
+    return b"-----BEGIN CERTIFICATE-----\n" + b"\n".join(lines) + b"\n-----END CERTIFICATE-----\n"
+
+
+def _fingerprint(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _files(bundle: str, st: os.stat_result) -> dict[str, bytes] | None:
+    """The copy's files (name: PEM) made from ``bundle``, still the file ``st`` describes; None if unsure."""
+    import hashlib
+
+    from publish import caname  # a warm start needs neither
+
+    try:
+        fd = os.open(bundle, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        now = os.fstat(fd)
+        if _fingerprint(now) != _fingerprint(st):
+            return None
+        chunks = []
+        left = LARGEST + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) != st.st_size:
+        return None
+    files: dict[str, bytes] = {}
+    try:
+        for der in caname.pem_certificates(data.decode("latin-1")):
+            digest = caname.subject_hash(der, lambda b: hashlib.sha1(b).digest())  # noqa: S324 - OpenSSL's name
+            n = 0
+            while f"{digest}.{n}" in files:
+                n += 1
+            files[f"{digest}.{n}"] = _pem(der)
+    except caname.Unsure:
+        return None
+    return files or None
+
+
+def _quietly(op: Callable[[], object]) -> None:
+    """``op()``, an OSError of it ignored."""
+    try:  # noqa: SIM105 - contextlib would load functools and collections
+        op()
+    except OSError:
+        pass
+
+
+def _remove(cfd: int, name: str) -> None:
+    """Remove the temporary directory ``name`` of the cache (only plain files in it), reached through ``cfd``."""
+    try:
+        dfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cfd)
+    except OSError:
+        return
+    try:
+        for entry in os.listdir(dfd):
+            try:  # noqa: SIM105 - contextlib would load functools and collections
+                os.unlink(entry, dir_fd=dfd)
+            except OSError:
+                pass
+    finally:
+        os.close(dfd)
+    _quietly(lambda: os.rmdir(name, dir_fd=cfd))
+
+
+def _fill(cfd: int, name: str, files: dict[str, bytes]) -> bool:
+    """Put the copy ``name`` in place: filled in a private temporary directory, durable, then renamed."""
+    tmp = ""
+    for i in range(100):
+        candidate = f".tmp-{os.getpid()}-{i}"
+        try:
+            os.mkdir(candidate, 0o700, dir_fd=cfd)
+        except FileExistsError:
+            continue
+        except OSError:
+            return False
+        tmp = candidate
+        break
+    if not tmp:
+        return False
+    try:
+        tfd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cfd)
+        try:
+            for file, pem in files.items():
+                fd = os.open(
+                    file,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o600,
+                    dir_fd=tfd,
+                )
+                try:
+                    view = memoryview(pem)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            os.fsync(tfd)
+        finally:
+            os.close(tfd)
+        os.rename(tmp, name, src_dir_fd=cfd, dst_dir_fd=cfd)
+    except OSError:
+        _remove(cfd, tmp)  # a concurrent start put its copy in place first, or the disk is full
+        return False
+    _quietly(lambda: os.fsync(cfd))  # the copy is whole either way: durable names are a nicety
+    return True
+
+
+def lazy(trust: Trust, env: Mapping[str, str]) -> Trust:
+    """``trust`` read from a hashed copy of its bundle in the cache (made if missing), or ``trust`` itself
+    when it is not a bundle file worth it or the cache is not usable."""
+    bundle = trust.cafile
+    if bundle is None or trust.capath is not None:
+        return trust
+    base = cache_dir(env)
+    if base is None:
+        return trust
+    try:
+        st = os.stat(bundle)
+    except OSError:
+        return trust
+    if not SMALLEST <= st.st_size <= LARGEST:
+        return trust
+    name = "ca-" + "-".join(f"{n:x}" for n in _fingerprint(st))
+    cfd = _open_cache(base)
+    if cfd is None:
+        return trust
+    try:
+        try:
+            found = _ours(os.stat(name, dir_fd=cfd, follow_symlinks=False))
+        except FileNotFoundError:
+            files = _files(bundle, st)
+            found = files is not None and _fill(cfd, name, files)
+            if not found:  # another start may have put its copy in place meanwhile
+                try:
+                    found = _ours(os.stat(name, dir_fd=cfd, follow_symlinks=False))
+                except OSError:
+                    found = False
+        except OSError:
+            found = False
+    finally:
+        os.close(cfd)
+    if not found:
+        return trust
+    return Trust(trust.where, cafile=bundle, capath=f"{base}/{name}")
