@@ -521,6 +521,24 @@ def test_tls_trust_from_the_nodes_bundle(
 
 
 @pytest.mark.s3
+def test_tls_trust_from_a_large_bundle_through_its_copy_in_the_cache(
+    jail: Chroot, tls_s3: tuple[str, str, bytes, str]
+) -> None:
+    endpoint, bucket, ca_pem, key = tls_s3
+    s3_jail(jail, endpoint, key)
+    system = Path(BUNDLES[0])
+    if not system.is_file():
+        unavailable(f"{system} (Debian's ca-certificates), for a bundle of the usual size")
+    put(jail, BUNDLES[0], system.read_bytes() + ca_pem)
+    env = {"TMPDIR": "/tmp", "HOME": "/home/u"}
+    for _ in range(2):  # the first start makes the copy, the second reads it
+        r = jail.run("resolve", "-checkpoint", f"s3://{bucket}/run", "-creds", "secret:/creds", env=env)
+        assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    (copy,) = (jail.dir / "home/u/.cache/publish").glob("ca-*")
+    assert len(list(copy.iterdir())) > 100 and all(p.name[8] == "." for p in copy.iterdir())
+
+
+@pytest.mark.s3
 def test_tls_trust_from_ssl_cert_file(jail: Chroot, tls_s3: tuple[str, str, bytes, str]) -> None:
     endpoint, bucket, ca_pem, key = tls_s3
     s3_jail(jail, endpoint, key)
