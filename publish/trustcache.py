@@ -52,7 +52,8 @@ def _ours(st: os.stat_result) -> bool:
 def _open_cache(path: str) -> int | None:
     """The cache directory's descriptor (made, with its missing parents, mode 0700), or None if refused."""
     try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        if not os.path.lexists(path):
+            os.makedirs(path, mode=0o700, exist_ok=True)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
@@ -141,9 +142,9 @@ def _remove(cfd: int, name: str) -> None:
     _quietly(lambda: os.rmdir(name, dir_fd=cfd))
 
 
-def _fill(cfd: int, name: str, files: dict[str, bytes]) -> bool:
-    """Put the copy ``name`` in place: filled in a private temporary directory, durable, then renamed."""
-    tmp = ""
+def _private_dir(cfd: int) -> str | None:
+    """A new private directory ``.tmp-PID-N`` in the cache (the name clean-unpacked knows), or None: made
+    before the bundle is read, so a cache on a read-only home costs a failed mkdir, not a parse."""
     for i in range(100):
         candidate = f".tmp-{os.getpid()}-{i}"
         try:
@@ -151,11 +152,13 @@ def _fill(cfd: int, name: str, files: dict[str, bytes]) -> bool:
         except FileExistsError:
             continue
         except OSError:
-            return False
-        tmp = candidate
-        break
-    if not tmp:
-        return False
+            return None
+        return candidate
+    return None
+
+
+def _fill(cfd: int, tmp: str, name: str, files: dict[str, bytes]) -> bool:
+    """Fill the private directory ``tmp`` with ``files``, make them durable, and rename it to ``name``."""
     try:
         tfd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cfd)
         try:
@@ -178,10 +181,21 @@ def _fill(cfd: int, name: str, files: dict[str, bytes]) -> bool:
             os.close(tfd)
         os.rename(tmp, name, src_dir_fd=cfd, dst_dir_fd=cfd)
     except OSError:
-        _remove(cfd, tmp)  # a concurrent start put its copy in place first, or the disk is full
         return False
     _quietly(lambda: os.fsync(cfd))  # the copy is whole either way: durable names are a nicety
     return True
+
+
+def _make(cfd: int, name: str, bundle: str, st: os.stat_result) -> bool:
+    """Put the copy ``name`` of ``bundle`` in place; False if it could not be (or another start's won)."""
+    tmp = _private_dir(cfd)
+    if tmp is None:
+        return False
+    files = _files(bundle, st)
+    if files is not None and _fill(cfd, tmp, name, files):
+        return True
+    _remove(cfd, tmp)  # unsure of the bundle, a full disk, or a concurrent start put its copy first
+    return False
 
 
 def lazy(trust: Trust, env: Mapping[str, str]) -> Trust:
@@ -207,8 +221,7 @@ def lazy(trust: Trust, env: Mapping[str, str]) -> Trust:
         try:
             found = _ours(os.stat(name, dir_fd=cfd, follow_symlinks=False))
         except FileNotFoundError:
-            files = _files(bundle, st)
-            found = files is not None and _fill(cfd, name, files)
+            found = _make(cfd, name, bundle, st)
             if not found:  # another start may have put its copy in place meanwhile
                 try:
                     found = _ours(os.stat(name, dir_fd=cfd, follow_symlinks=False))

@@ -394,3 +394,22 @@ def test_an_https_proxy_verifies_through_the_copy_too(ca: TestCA, tmp_path: Path
         c = net.Connector(srv.url, proxy=proxy.url, env=env)
         assert c.request("GET", "/echo", {}, timeout=5).status == 200
         assert c._proxy_trust is not None and c._proxy_trust.capath == str(cache / copy_name(bundle))
+
+
+def test_a_read_only_cache_costs_a_failed_mkdir_not_a_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need(os.geteuid() == 0 and shutil.which("mount") is not None, "root and mount, for a read-only tmpfs")
+    bundle = big_bundle(tmp_path / "bundle.pem")
+    cache = tmp_path / "ro"
+    cache.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,mode=0700", "tmpfs", str(cache)], check=True, timeout=30
+    )
+    try:
+        parsed: list[str] = []
+        monkeypatch.setattr(trustcache, "_files", lambda b, s: parsed.append(b))
+        assert lazy(bundle, {"PUBLISH_CACHE_DIR": str(cache)}).capath is None
+        assert parsed == []
+    finally:
+        subprocess.run(["umount", str(cache)], check=True, timeout=30)
