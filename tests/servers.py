@@ -123,14 +123,28 @@ class Weed(S3Server):
         self.config_path = os.path.join(workdir, "s3.json")
         self.identities: dict[str, tuple[str, str]] = {"admin": (WEED_ACCESS_KEY, WEED_SECRET_KEY)}
         self._write_config()
-        self.port = free_port()
-        super().__init__("seaweedfs", f"http://127.0.0.1:{self.port}", WEED_ACCESS_KEY, WEED_SECRET_KEY)
-        data = os.path.join(workdir, "data")
-        os.mkdir(data)
         # Every bucket is a collection with its own volumes: grow one at a time, and allow many.
         with open(os.path.join(workdir, "master.toml"), "w") as f:
             f.write("[master.volume_growth]\ncopy_1 = 1\ncopy_2 = 1\ncopy_3 = 1\ncopy_other = 1\n")
-        p = [free_port() for _ in range(7)]
+        # A port free when picked may be taken before weed binds it (another server, an outgoing
+        # connection's ephemeral port): weed then exits at once, and is started again on other ports.
+        for attempt in range(3):
+            self.port = free_port()
+            super().__init__("seaweedfs", f"http://127.0.0.1:{self.port}", WEED_ACCESS_KEY, WEED_SECRET_KEY)
+            try:
+                self._start(f"-{attempt}" if attempt else "", [free_port() for _ in range(7)])
+                return
+            except RuntimeError:
+                with open(self.log.name, "rb") as f:
+                    taken = b"address already in use" in f.read()
+                if not taken or attempt == 2:
+                    raise
+
+    def _start(self, suffix: str, p: list[int]) -> None:
+        """Start weed on the ports ``p`` and wait until it serves; its files are named with ``suffix``."""
+        workdir = self.workdir
+        data = os.path.join(workdir, "data" + suffix)
+        os.mkdir(data)
         args = [
             "weed",
             "server",
@@ -148,16 +162,16 @@ class Weed(S3Server):
             "-filer",
             f"-filer.port={p[4]}",
             f"-filer.port.grpc={p[5]}",
-            f"-filer.localSocket={os.path.join(workdir, 'filer.sock')}",
+            f"-filer.localSocket={os.path.join(workdir, f'filer{suffix}.sock')}",
             "-s3",
             f"-s3.port={self.port}",
             f"-s3.port.grpc={p[6]}",
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
-            f"-s3.localSocket={os.path.join(workdir, 's3.sock')}",
+            f"-s3.localSocket={os.path.join(workdir, f's3{suffix}.sock')}",
             f"-s3.config={self.config_path}",
         ]
-        self.log = open(os.path.join(workdir, "weed.log"), "wb")  # noqa: SIM115
+        self.log = open(os.path.join(workdir, f"weed{suffix}.log"), "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=workdir)
         try:
             self._wait_ready(60.0)
