@@ -327,7 +327,9 @@ def _check_unverified(entries: list[_Meta], threads: int | None = None) -> dict[
         except (SnapshotError, OSError) as e:
             failed[entry.path] = _reason(e)
     jobs = [(os.path.join(m.path, PAYLOAD), m.manifest) for m in todo]
-    for meta, result in zip(todo, _payload.check_digests(jobs, threads or _cpus()), strict=True):
+    results = _payload.check_digests(jobs, threads or _cpus())
+    assert len(results) == len(todo), "check_digests gives one result per job, in order"
+    for meta, result in zip(todo, results):
         if isinstance(result, Exception):
             failed[meta.path] = _reason(result)
         else:

@@ -305,6 +305,7 @@ def _verify_mapped(
     stop = threading.Event()
     parts = _parts(st.st_size, marks)
     hashers = [_Hasher(fd, mapped, start, end, state, stop) for start, end, state, _ in parts]
+    assert len(hashers) == len(parts), "one hasher per part: the zips below pair them"
     for hasher in hashers:
         hasher.start()
     try:
@@ -328,10 +329,9 @@ def _verify_mapped(
             if hasher.error is not None:
                 raise SnapshotError(f"{path}: {hasher.error.strerror}")
         size = sum(hasher.size for hasher in hashers)
-        whole = all(h.size == end - start for h, (start, end, _, _) in zip(hashers, parts, strict=True))
+        whole = all(h.size == end - start for h, (start, end, _, _) in zip(hashers, parts))
         agree = all(
-            mark is None or h.sha256.digest() == mark.digest()
-            for h, (_, _, _, mark) in zip(hashers, parts, strict=True)
+            mark is None or h.sha256.digest() == mark.digest() for h, (_, _, _, mark) in zip(hashers, parts)
         )
         digest = hashers[-1].sha256.hexdigest() if whole and agree else ""
         _payload._check(path, manifest, size, digest, "", payload)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -86,7 +87,10 @@ class Process:
 
     def __init__(self, argv: list[str], env: dict[str, str], batch: Batch | None) -> None:
         try:
-            self.popen = subprocess.Popen(argv, env=env, process_group=0)
+            if sys.version_info >= (3, 11):
+                self.popen = subprocess.Popen(argv, env=env, process_group=0)  # novm
+            else:  # the same setpgid(0, 0) in the child; os.setpgrp is C, so no Python code runs before exec
+                self.popen = subprocess.Popen(argv, env=env, preexec_fn=os.setpgrp)
         except OSError as e:
             raise Failure(f"cannot start {argv[0]}: {e.strerror or e}") from None
         self.batch = batch
