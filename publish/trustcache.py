@@ -4,8 +4,8 @@ A bundle file of some 150 certificates costs OpenSSL about 50 ms of CPU to parse
 S3 ``resolve`` costs otherwise.  The same certificates, one per file and named by subject hash
 (publish.caname), are read only when a chain needs one.  The copy lives in the one-file build's cache
 directory, ``$PUBLISH_CACHE_DIR`` (``off``: none), else ``$XDG_CACHE_HOME/publish``, else
-``$HOME/.cache/publish``, as ``ca-DEV-INODE-SIZE-MTIME-CTIME`` (hex) of the bundle it was made from, so a
-changed bundle gets a new copy.  It is used only under the rules the one-file cache follows: the cache
+``$HOME/.cache/publish``, as ``ca-`` and the first 32 hex digits of the SHA-256 of the bundle it was made
+from: a changed bundle gets a new copy, and nodes whose bundles are the same share one in a shared home.  It is used only under the rules the one-file cache follows: the cache
 directory and the copy are directories of this user's, not symbolic links, writable by no other user; a copy
 is filled in a private temporary directory, made durable and renamed into place complete.  Any doubt (a
 bundle OpenSSL might read otherwise, a refused directory, a failed write) leaves the bundle file to OpenSSL,
@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import stat
 
+from publish.hashing import sha256_hex
 from publish.trust import Trust
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
@@ -74,23 +75,15 @@ def _pem(der: bytes) -> bytes:
     return b"-----BEGIN CERTIFICATE-----\n" + b"\n".join(lines) + b"\n-----END CERTIFICATE-----\n"
 
 
-def _fingerprint(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _files(bundle: str, st: os.stat_result) -> dict[str, bytes] | None:
-    """The copy's files (name: PEM) made from ``bundle``, still the file ``st`` describes; None if unsure."""
-    import hashlib
-
-    from publish import caname  # a warm start needs neither
-
+def _read(bundle: str) -> bytes | None:
+    """The bundle's bytes, if it is a regular file of a size worth a copy (read at most LARGEST + 1)."""
     try:
         fd = os.open(bundle, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        now = os.fstat(fd)
-        if _fingerprint(now) != _fingerprint(st):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not SMALLEST <= st.st_size <= LARGEST:
             return None
         chunks = []
         left = LARGEST + 1
@@ -102,8 +95,15 @@ def _files(bundle: str, st: os.stat_result) -> dict[str, bytes] | None:
     finally:
         os.close(fd)
     data = b"".join(chunks)
-    if len(data) != st.st_size:
-        return None
+    return data if SMALLEST <= len(data) <= LARGEST else None
+
+
+def _files(data: bytes) -> dict[str, bytes] | None:
+    """The copy's files (name: PEM) for the bundle ``data``; None if unsure."""
+    import hashlib
+
+    from publish import caname  # a warm start needs neither
+
     files: dict[str, bytes] = {}
     try:
         for der in caname.pem_certificates(data.decode("latin-1")):
@@ -186,12 +186,13 @@ def _fill(cfd: int, tmp: str, name: str, files: dict[str, bytes]) -> bool:
     return True
 
 
-def _make(cfd: int, name: str, bundle: str, st: os.stat_result) -> bool:
-    """Put the copy ``name`` of ``bundle`` in place; False if it could not be (or another start's won)."""
+def _make(cfd: int, name: str, data: bytes) -> bool:
+    """Put the copy ``name`` of the bundle ``data`` in place; False if it could not be (or another start's
+    won)."""
     tmp = _private_dir(cfd)
     if tmp is None:
         return False
-    files = _files(bundle, st)
+    files = _files(data)
     if files is not None and _fill(cfd, tmp, name, files):
         return True
     _remove(cfd, tmp)  # unsure of the bundle, a full disk, or a concurrent start put its copy first
@@ -207,13 +208,10 @@ def lazy(trust: Trust, env: Mapping[str, str]) -> Trust:
     base = cache_dir(env)
     if base is None:
         return trust
-    try:
-        st = os.stat(bundle)
-    except OSError:
+    data = _read(bundle)
+    if data is None:
         return trust
-    if not SMALLEST <= st.st_size <= LARGEST:
-        return trust
-    name = "ca-" + "-".join(f"{n:x}" for n in _fingerprint(st))
+    name = "ca-" + sha256_hex(data)[:32]
     cfd = _open_cache(base)
     if cfd is None:
         return trust
@@ -221,7 +219,7 @@ def lazy(trust: Trust, env: Mapping[str, str]) -> Trust:
         try:
             found = _ours(os.stat(name, dir_fd=cfd, follow_symlinks=False))
         except FileNotFoundError:
-            found = _make(cfd, name, bundle, st)
+            found = _make(cfd, name, data)
             if not found:  # another start may have put its copy in place meanwhile
                 try:
                     found = _ours(os.stat(name, dir_fd=cfd, follow_symlinks=False))

@@ -270,8 +270,17 @@ def test_no_copy_without_a_cache_for_a_small_bundle_or_an_unsure_one(tmp_path: P
 
 
 def copy_name(bundle: Path) -> str:
-    s = bundle.stat()
-    return "ca-" + "-".join(f"{n:x}" for n in (s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns))
+    return "ca-" + hashlib.sha256(bundle.read_bytes()).hexdigest()[:32]
+
+
+def test_bundles_of_the_same_bytes_share_one_copy(tmp_path: Path, cache: Path) -> None:
+    # As the nodes of a cluster do in a shared home: each has its own file (inode, times), the same bytes.
+    one = big_bundle(tmp_path / "node1.pem")
+    two = tmp_path / "node2.pem"
+    two.write_bytes(one.read_bytes())
+    env = {"PUBLISH_CACHE_DIR": str(cache)}
+    assert lazy(one, env).capath == lazy(two, env).capath == str(cache / copy_name(one))
+    assert [p.name for p in cache.iterdir()] == [copy_name(one)]
 
 
 def test_a_cache_others_may_write_to_or_a_link_is_not_used(tmp_path: Path, cache: Path) -> None:
