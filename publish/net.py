@@ -61,22 +61,6 @@ ERROR_LIMIT = 64 * 1024
 _TIMEOUT = (TimeoutError, _socket.timeout)
 
 
-# ------------------------------------------------------------------------------------ TLS context
-
-
-def _tls_context(trust: Trust) -> Context:
-    from publish import tls
-
-    ctx = tls.client_context()  # verifies the certificate and host name, TLS 1.2 or later
-    trust.load(ctx)
-    return ctx
-
-
-def _whole(trust: Trust | None) -> Trust | None:
-    """``trust`` read from its bundle file, if it was read from a hashed copy of it; else None."""
-    return trust.whole() if trust is not None and trust.capath is not None else None
-
-
 # --------------------------------------------------------------------------------------- connector
 
 _BAD_VALUE = "\r\n\0"
@@ -142,24 +126,25 @@ class Connector:
             else:
                 trust = find_trust(self._env)
             self._trust = lazy(trust, self._env)
-            self._ctx = _tls_context(self._trust)
+            self._ctx = self._trust.context()
         return self._ctx
 
     def _system_ctx(self) -> Context:
         if self._proxy_ctx is None:
             self._proxy_trust = lazy(find_trust(self._env), self._env)
-            self._proxy_ctx = _tls_context(self._proxy_trust)
+            self._proxy_ctx = self._proxy_trust.context()
         return self._proxy_ctx
 
     def _read_whole_bundles(self) -> bool:
         """After a chain did not verify: make the contexts that read a hashed copy of a bundle read the
         bundle file itself (publish.trustcache), so the copy never changes what is trusted.  True if any
         did."""
-        target, proxy = _whole(self._trust), _whole(self._proxy_trust)
+        target = self._trust.whole() if self._trust is not None else None
+        proxy = self._proxy_trust.whole() if self._proxy_trust is not None else None
         if target is not None:
-            self._trust, self._ctx = target, _tls_context(target)
+            self._trust, self._ctx = target, target.context()
         if proxy is not None:
-            self._proxy_trust, self._proxy_ctx = proxy, _tls_context(proxy)
+            self._proxy_trust, self._proxy_ctx = proxy, proxy.context()
         return target is not None or proxy is not None
 
     # -- opening

@@ -44,9 +44,18 @@ class Trust:
         except (OSError, ValueError) as e:  # an SSLError is an OSError
             raise TrustNotFound(f"cannot load CA certificates from {self.where}: {reason(e)}") from None
 
-    def whole(self) -> Trust:
-        """The same trust, read from its bundle file itself."""
-        return Trust(self.where, cafile=self.cafile, cadata=self.cadata)
+    def context(self) -> Context:
+        """A client context (publish.tls: it verifies the chain and the host name, TLS 1.2 or later) that
+        trusts this."""
+        from publish import tls
+
+        ctx = tls.client_context()
+        self.load(ctx)
+        return ctx
+
+    def whole(self) -> Trust | None:
+        """The same trust read from its bundle file itself, if it is read from a hashed copy; else None."""
+        return None if self.capath is None else Trust(self.where, cafile=self.cafile, cadata=self.cadata)
 
 
 def _dir_pem(directory: str) -> str:
