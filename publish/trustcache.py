@@ -1,5 +1,7 @@
 """A CA bundle kept as a hashed directory in the user's cache, so that OpenSSL reads only the CAs it needs.
 
+The bundle is a CA file, or the PEM text gathered from the files of ``SSL_CERT_DIR`` (publish.trust).
+
 A bundle file of some 150 certificates costs OpenSSL about 50 ms of CPU to parse on every start, more than an
 S3 ``resolve`` costs otherwise.  The same certificates, one per file and named by subject hash
 (publish.caname), are read only when a chain needs one.  The copy lives in the one-file build's cache
@@ -200,15 +202,22 @@ def _make(cfd: int, name: str, data: bytes) -> bool:
 
 
 def lazy(trust: Trust, env: Mapping[str, str]) -> Trust:
-    """``trust`` read from a hashed copy of its bundle in the cache (made if missing), or ``trust`` itself
-    when it is not a bundle file worth it or the cache is not usable."""
-    bundle = trust.cafile
-    if bundle is None or trust.capath is not None:
+    """``trust`` read from a hashed copy of its certificates in the cache (made if missing), or ``trust``
+    itself when they are too few to be worth it or the cache is not usable.  The certificates are those of
+    its bundle file, or the PEM text gathered from ``SSL_CERT_DIR``."""
+    if trust.capath is not None:
         return trust
     base = cache_dir(env)
     if base is None:
         return trust
-    data = _read(bundle)
+    if trust.cafile is not None:
+        data = _read(trust.cafile)
+    elif trust.cadata is not None:
+        data = trust.cadata.encode("latin-1", "replace")
+        if not SMALLEST <= len(data) <= LARGEST:
+            return trust
+    else:
+        return trust
     if data is None:
         return trust
     name = "ca-" + sha256_hex(data)[:32]
@@ -231,4 +240,4 @@ def lazy(trust: Trust, env: Mapping[str, str]) -> Trust:
         os.close(cfd)
     if not found:
         return trust
-    return Trust(trust.where, cafile=bundle, capath=f"{base}/{name}")
+    return Trust(trust.where, cafile=trust.cafile, cadata=trust.cadata, capath=f"{base}/{name}")

@@ -422,3 +422,23 @@ def test_a_read_only_cache_costs_a_failed_mkdir_not_a_parse(
         assert parsed == []
     finally:
         subprocess.run(["umount", str(cache)], check=True, timeout=30)
+
+
+def test_https_with_ssl_cert_dir_verifies_through_a_copy_too(
+    ca: TestCA, tls_server: Server, tmp_path: Path, cache: Path
+) -> None:
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    big_bundle(certs / "fillers.pem")
+    (certs / "site-ca.crt").write_text(Path(ca.pem).read_text())
+    env = {"SSL_CERT_DIR": str(certs), "PUBLISH_CACHE_DIR": str(cache)}
+    c = net.Connector(tls_server.url, env=env)
+    assert c.request("GET", "/echo", {}, timeout=5).status == 200
+    assert c._trust is not None and c._trust.where == f"SSL_CERT_DIR={certs}"
+    assert c._trust.capath is not None and Path(c._trust.capath).parent == cache
+    # a CA that is not in the directory stays untrusted through the copy and through the text itself
+    with (
+        Server(tls=TestCA(tmp_path)) as other,
+        pytest.raises(net.TLSFailure, match="certificate not trusted"),
+    ):
+        net.Connector(other.url, env=env).request("GET", "/echo", {}, timeout=5)
