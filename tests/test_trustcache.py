@@ -442,3 +442,31 @@ def test_https_with_ssl_cert_dir_verifies_through_a_copy_too(
         pytest.raises(net.TLSFailure, match="certificate not trusted"),
     ):
         net.Connector(other.url, env=env).request("GET", "/echo", {}, timeout=5)
+
+
+def test_a_bundle_over_the_limit_is_left_to_openssl_unread(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = pem(self_signed(NAMES["utf-8"]))
+    bundle = tmp_path / "huge.pem"
+    bundle.write_text(one * (trustcache.LARGEST // len(one) + 1))
+    assert bundle.stat().st_size > trustcache.LARGEST
+    parsed: list[bytes] = []
+    monkeypatch.setattr(trustcache, "_files", lambda data: parsed.append(data))
+    assert lazy(bundle, {"PUBLISH_CACHE_DIR": str(cache)}).capath is None
+    assert parsed == [] and (not cache.exists() or list(cache.iterdir()) == [])
+
+
+def test_a_fill_left_by_a_killed_start_is_neither_used_nor_in_the_way(tmp_path: Path, cache: Path) -> None:
+    # A start killed while filling its private directory leaves it (clean-unpacked removes such
+    # directories); one of this very process id, from a start before a reboot, must not stop the next.
+    bundle = big_bundle(tmp_path / "bundle.pem")
+    cache.mkdir(parents=True, mode=0o700)
+    leftover = cache / f".tmp-{os.getpid()}-0"
+    leftover.mkdir(mode=0o700)
+    (leftover / "deadbeef.0").write_text("half a cert")
+    got = lazy(bundle, {"PUBLISH_CACHE_DIR": str(cache)})
+    assert got.capath == str(cache / copy_name(bundle))
+    assert len(list(Path(got.capath).iterdir())) == len(caname.pem_certificates(bundle.read_text()))
+    assert sorted(p.name for p in cache.iterdir()) == sorted([leftover.name, copy_name(bundle)])
+    assert (leftover / "deadbeef.0").read_text() == "half a cert"
