@@ -3,11 +3,12 @@ operation in a fresh process, the two sides interleaved, medians and spread over
 
     python bench/snapshots.py [DIR] [--rounds N] [--gib G] [--tensors T]
 
-Each round runs eight fresh processes, in pairs (baseline then library, or library then baseline, alternating
-by round), each timing one operation after importing torch and building the payload:
+Each round runs nine fresh processes: eight in pairs (baseline then library, or library then baseline,
+alternating by round), each timing one operation after importing torch and building the payload, and one
+for a floor (below):
 
 - first save: the library's first ``save_checkpoint(keep_last=2)`` of a process, into a root that holds two
-  older snapshots written by earlier processes (what every job does after a restart), against one
+  older snapshots written by earlier processes (a process that saves before it reads the root), against one
   ``torch.save`` + fsync;
 - first save after load_latest: the same, after an untimed ``load_latest`` (a job resuming), against one
   ``torch.save`` + fsync after an untimed ``torch.load`` of the baseline's file;
@@ -18,6 +19,14 @@ by round), each timing one operation after importing torch and building the payl
 
 Peak memory is each process's ``ru_maxrss`` (torch, the payload, the operation).  Ratios are computed per
 round (paired) and their median and range are printed, with the medians of the times.
+
+Each round also measures what no implementation of the format can go below, in the same run:
+
+- the CPU time (user + system, all threads) of each operation, and that time divided by the CPUs: the
+  shortest wall time in which that work can be done even with every CPU busy throughout;
+- ``hash``: SHA-256 of the newest snapshot's payload alone, in a fresh process, from a mapping of the file
+  (no copy). A reader must check the manifest's digest, one SHA-256 over the whole file, which runs on one
+  CPU: no checking load ends sooner.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ PAIRS = [
     ("steady save", "base_save2", "save2"),
     ("load", "base_load", "load"),
 ]
+FLOOR_OPS = ["hash"]
 TARGETS = {"first save": 1.5, "first save after load_latest": 1.5, "steady save": 1.5, "load": 1.2}
 MEMORY_TARGET = 1.1
 
@@ -67,19 +77,47 @@ def torch_save(torch: Any, payload: dict[str, Any], path: str) -> None:
         os.close(fd)
 
 
+def sha256_mapped(path: str) -> str:
+    """SHA-256 of the file at ``path``, hashed from a read-only mapping in 4 MiB pieces."""
+    import hashlib
+    import mmap
+
+    sha256 = hashlib.sha256()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        view = memoryview(mapped)
+        for offset in range(0, len(view), 4 << 20):
+            piece = view[offset : offset + (4 << 20)]
+            sha256.update(piece)
+            piece.release()
+        view.release()
+    return sha256.hexdigest()
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def child(op: str, root: str, plain: str, step: int, gib: float, tensors: int) -> None:
-    """One operation in this fresh process; prints {"seconds", "maxrss_kib", "path"} as JSON."""
+    """One operation in this fresh process; prints {"seconds", "cpu_seconds", "maxrss_kib", "path"} as JSON."""
     sys.path.insert(0, str(REPO))
     import torch
 
     import publish.snapshots as snapshots
 
     path = ""
-    if op == "load":
+    if op == "hash":
         path = _newest(root)
+        cpu = cpu_seconds()
+        start = time.perf_counter()
+        sha256_mapped(os.path.join(path, "checkpoint.pt"))
+    elif op == "load":
+        path = _newest(root)
+        cpu = cpu_seconds()
         start = time.perf_counter()
         snapshots.load(path)
     elif op == "base_load":
+        cpu = cpu_seconds()
         start = time.perf_counter()
         torch.load(plain, weights_only=True, map_location="cpu")
     else:
@@ -96,14 +134,16 @@ def child(op: str, root: str, plain: str, step: int, gib: float, tensors: int) -
             else:
                 torch_save(torch, payload, plain)
             payload["step"] = step + 1
+        cpu = cpu_seconds()
         start = time.perf_counter()
         if op.startswith("base_"):
             torch_save(torch, payload, plain)
         else:
             path = str(snapshots.save_checkpoint(root, payload))
     seconds = time.perf_counter() - start
+    cpu = cpu_seconds() - cpu
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"seconds": seconds, "maxrss_kib": maxrss, "path": path}))
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "maxrss_kib": maxrss, "path": path}))
 
 
 def _newest(root: str) -> str:
@@ -153,6 +193,8 @@ def main() -> int:
                 for op in order:
                     results.setdefault(op, []).append(run_child(op, root, plain, step, args))
                     step += 2
+            for op in FLOOR_OPS:
+                results.setdefault(op, []).append(run_child(op, root, plain, step, args))
             loadavg.append(os.getloadavg()[0])
             print(
                 f"round {r + 1}: "
@@ -193,6 +235,8 @@ def report(
             f"| <= {TARGETS[name]}x | {met} |"
         )
     print()
+    floors(results)
+    print()
     print(
         "| peak memory (ru_maxrss) | baseline, MiB | publish.snapshots, MiB | ratio (paired) | target | met |"
     )
@@ -205,6 +249,31 @@ def report(
         met = ("yes" if statistics.median(ratios) <= MEMORY_TARGET else "no") if name == "first save" else "-"
         print(
             f"| {name} | {spread(b, '.0f')} | {spread(o, '.0f')} | {spread(ratios, '.2f')}x | {target} | {met} |"
+        )
+
+
+def floors(results: dict[str, list[dict[str, Any]]]) -> None:
+    """What the work itself allows: each operation's CPU time over the CPUs, and for the load the one SHA-256
+    a reader must compute, each against the same round's baseline."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    print(
+        f"| operation | publish.snapshots CPU, s | CPU / {cpus} CPUs, s | SHA-256 alone, s "
+        "| floor, x baseline (paired) | measured, x floor (paired) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    hashed = [x["seconds"] for x in results["hash"]]
+    for name, base, ours in PAIRS:
+        b = [x["seconds"] for x in results[base]]
+        o = [x["seconds"] for x in results[ours]]
+        cpu = [x["cpu_seconds"] for x in results[ours]]
+        # A load cannot end before its one SHA-256 of the payload; any operation not before its CPU time
+        # spread over every CPU.
+        floor = [max(c / cpus, h if name == "load" else 0.0) for c, h in zip(cpu, hashed)]
+        print(
+            f"| {name} | {spread(cpu, '.2f')} | {spread([c / cpus for c in cpu], '.2f')} "
+            f"| {spread(hashed, '.2f') if name == 'load' else '-'} "
+            f"| {spread([f / x for f, x in zip(floor, b)], '.2f')}x "
+            f"| {spread([y / f for f, y in zip(floor, o)], '.2f')}x |"
         )
 
 
