@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 from publish.neterrors import TrustNotFound, reason
 
@@ -20,6 +21,35 @@ BUNDLE_PATHS: tuple[str, ...] = (
     "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
     "/etc/ssl/cert.pem",
 )
+
+FILE_LIMIT = 8 * 1024 * 1024  # a file of SSL_CERT_DIR larger than this is not read (a CA file is a few KiB)
+DIR_LIMIT = 64 * 1024 * 1024  # ... nor more than this from one directory in all
+
+
+def read_regular(path: str, limit: int) -> bytes | None:
+    """The bytes of the regular file at ``path`` (links followed), or None: not there, not a regular file, or
+    larger than ``limit``.  It is opened without blocking and checked with ``fstat`` before any read, so a
+    FIFO, a socket or a device there (``/dev/zero``) is never read; at most ``limit + 1`` bytes are read,
+    whatever the file claims its size is."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        chunks = []
+        left = limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return data if len(data) <= limit else None
 
 
 class Trust:
@@ -59,18 +89,20 @@ class Trust:
 
 
 def _dir_pem(directory: str) -> str:
-    """Every PEM certificate in the files of ``directory`` (as Go reads SSL_CERT_DIR), '' if none."""
+    """Every PEM certificate in the files of ``directory`` (as Go reads SSL_CERT_DIR, links followed), '' if
+    none.  Only regular files of at most FILE_LIMIT bytes are read, and at most DIR_LIMIT bytes in all."""
     found: list[str] = []
     try:
         names = sorted(os.listdir(directory))
     except OSError:
         return ""
+    left = DIR_LIMIT
     for name in names:
-        try:
-            with open(os.path.join(directory, name), encoding="ascii", errors="replace") as f:
-                text = f.read()
-        except OSError:
+        data = read_regular(os.path.join(directory, name), min(FILE_LIMIT, left))
+        if data is None:
             continue
+        left -= len(data)
+        text = data.decode("ascii", "replace")
         if "-----BEGIN CERTIFICATE-----" in text:
             found.append(text)
     return "\n".join(found)

@@ -21,7 +21,7 @@ import os
 import stat
 
 from publish.hashing import sha256_hex
-from publish.trust import Trust
+from publish.trust import Trust, read_regular
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
@@ -79,25 +79,8 @@ def _pem(der: bytes) -> bytes:
 
 def _read(bundle: str) -> bytes | None:
     """The bundle's bytes, if it is a regular file of a size worth a copy (read at most LARGEST + 1)."""
-    try:
-        fd = os.open(bundle, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or not SMALLEST <= st.st_size <= LARGEST:
-            return None
-        chunks = []
-        left = LARGEST + 1
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    return data if SMALLEST <= len(data) <= LARGEST else None
+    data = read_regular(bundle, LARGEST)
+    return data if data is not None and len(data) >= SMALLEST else None
 
 
 def _files(data: bytes) -> dict[str, bytes] | None:
