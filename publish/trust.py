@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import stat
 
+from publish.fileio import read_regular
 from publish.neterrors import TrustNotFound, reason
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
@@ -24,32 +24,6 @@ BUNDLE_PATHS: tuple[str, ...] = (
 
 FILE_LIMIT = 8 * 1024 * 1024  # a file of SSL_CERT_DIR larger than this is not read (a CA file is a few KiB)
 DIR_LIMIT = 64 * 1024 * 1024  # ... nor more than this from one directory in all
-
-
-def read_regular(path: str, limit: int) -> bytes | None:
-    """The bytes of the regular file at ``path`` (links followed), or None: not there, not a regular file, or
-    larger than ``limit``.  It is opened without blocking and checked with ``fstat`` before any read, so a
-    FIFO, a socket or a device there (``/dev/zero``) is never read; at most ``limit + 1`` bytes are read,
-    whatever the file claims its size is."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
-        chunks = []
-        left = limit + 1
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    return data if len(data) <= limit else None
 
 
 class Trust:

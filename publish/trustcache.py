@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 import stat
 
+from publish.fileio import read_regular
 from publish.hashing import sha256_hex
-from publish.trust import Trust, read_regular
+from publish.trust import Trust
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from publish import net, trust
+from publish import fileio, net, trust
 from tests.netfixtures import Server, TestCA
 
 REPO = Path(__file__).resolve().parent.parent
@@ -139,10 +139,10 @@ def test_links_are_followed_as_in_debians_directory(tmp_path: Path, ca: TestCA, 
 def test_read_regular_gives_only_a_regular_file_within_its_limit(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"x" * 100)
-    assert trust.read_regular(str(path), 100) == b"x" * 100
-    assert trust.read_regular(str(path), 99) is None
-    assert trust.read_regular(str(tmp_path / "missing"), 100) is None
-    assert trust.read_regular(str(tmp_path), 100) is None  # a directory
+    assert fileio.read_regular(str(path), 100) == b"x" * 100
+    assert fileio.read_regular(str(path), 99) is None
+    assert fileio.read_regular(str(tmp_path / "missing"), 100) is None
+    assert fileio.read_regular(str(tmp_path), 100) is None  # a directory
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    assert trust.read_regular(str(fifo), 100) is None  # returns at once: opened without blocking
+    assert fileio.read_regular(str(fifo), 100) is None  # returns at once: opened without blocking

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -347,6 +348,58 @@ def test_approle_directory_wrong_refused(tmp_path: Path, files: dict[str, str], 
     for name, value in files.items():
         (d / name).write_text(value)
     assert words in refused(vault(f"http://127.0.0.1:{free_port()}/s?auth=approle&approle={d}"))
+
+
+def refused_within(source: VaultSource, fifo: Path) -> str:
+    """refused(source), on a thread that must end within 20 s; else ``fifo`` is opened for writing so it
+    can end, and the test fails instead of hanging."""
+    out: list[str] = []
+    thread = threading.Thread(target=lambda: out.append(refused(source)), daemon=True)
+    thread.start()
+    thread.join(20)
+    if thread.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(5)
+        pytest.fail(f"reading {fifo} waited for a writer")
+    assert out, "refused() failed on its thread"
+    return out[0]
+
+
+@pytest.mark.parametrize("name", ["role_id", "secret_id"])
+def test_approle_file_that_is_a_fifo_is_refused_without_waiting(tmp_path: Path, name: str) -> None:
+    d = tmp_path / "approle"
+    d.mkdir()
+    for other in ("role_id", "secret_id"):
+        if other != name:
+            (d / other).write_text("abc")
+    os.mkfifo(d / name)
+    s = vault(f"http://127.0.0.1:{free_port()}/s?auth=approle&approle={d}")
+    assert f"{d / name} is not a regular file" in refused_within(s, d / name)
+
+
+def test_service_account_token_that_is_a_fifo_is_refused_without_waiting(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "token")
+    s = vault(f"http://127.0.0.1:{free_port()}/s?auth=kubernetes&role=r&jwt={tmp_path}/token")
+    assert f"{tmp_path}/token is not a regular file" in refused_within(s, tmp_path / "token")
+
+
+def test_approle_file_that_links_to_a_device_is_refused(tmp_path: Path) -> None:
+    d = tmp_path / "approle"
+    d.mkdir()
+    (d / "role_id").write_text("abc")
+    (d / "secret_id").symlink_to("/dev/zero")
+    s = vault(f"http://127.0.0.1:{free_port()}/s?auth=approle&approle={d}")
+    assert f"{d}/secret_id is not a regular file" in refused(s)
+
+
+def test_service_account_token_through_a_link_is_read(tmp_path: Path) -> None:
+    """A projected token is a link (``token -> ..data/token``): followed, as before."""
+    data = tmp_path / "..data"
+    data.mkdir()
+    (data / "token").write_text("x" * 2000)
+    (tmp_path / "token").symlink_to("..data/token")
+    s = vault(f"http://127.0.0.1:{free_port()}/s?auth=kubernetes&role=r&jwt={tmp_path}/token")
+    assert "does not answer" in not_answering(s)  # read, then the login found no server
 
 
 def test_approle_not_a_directory_refused(tmp_path: Path) -> None:

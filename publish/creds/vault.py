@@ -22,6 +22,7 @@ from publish.creds.fields import FIELDS, NotAnswering, credentials_from_fields
 from publish.creds.location import Location, parse_location
 from publish.creds.vaultenv import check_vault_env
 from publish.errors import CredentialsError
+from publish.fileio import read_at_most
 
 if TYPE_CHECKING:
     from publish.net import Connector, Response
@@ -136,15 +137,22 @@ class VaultSource:
         """A file's text less one trailing newline; NotAnswering(absent) when it does not exist and
         ``absent`` is given, else refused."""
         try:
-            with open(path, "rb") as f:
-                data = f.read(MAX_FILE + 1)
+            # Links followed (a projected service-account token is one); opened without blocking and
+            # checked before any read, so a FIFO or a device there is refused, never waited on.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise self._refuse(f"{path} is not a regular file")
+                data = read_at_most(fd, MAX_FILE)
+            finally:
+                os.close(fd)
         except (FileNotFoundError, NotADirectoryError):
             if absent:
                 raise NotAnswering(f"{absent} {path}") from None
             raise self._refuse(f"{path}: no such file") from None
         except OSError as e:
             raise self._refuse(f"{path}: {(e.strerror or str(e)).lower()}") from None
-        if len(data) > MAX_FILE:
+        if data is None:
             raise self._refuse(f"{path} is larger than {MAX_FILE} bytes")
         try:
             text = data.decode("utf-8")
