@@ -76,7 +76,8 @@ def _dir_pem(directory: str) -> str:
         if data is None:
             continue
         left -= len(data)
-        text = data.decode("ascii", "replace")
+        # Newlines as a file opened in text mode gives them: the text is the same as before the limits.
+        text = data.decode("ascii", "replace").replace("\r\n", "\n").replace("\r", "\n")
         if "-----BEGIN CERTIFICATE-----" in text:
             found.append(text)
     return "\n".join(found)

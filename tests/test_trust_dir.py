@@ -146,3 +146,21 @@ def test_read_regular_gives_only_a_regular_file_within_its_limit(tmp_path: Path)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     assert fileio.read_regular(str(fifo), 100) is None  # returns at once: opened without blocking
+
+
+def test_newlines_come_as_text_mode_gives_them(
+    tmp_path: Path, ca: TestCA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CA file with CRLF (or CR) line ends gives the same text as one with LF, as when it was read in
+    text mode: the cache's copy of the gathered text depends on it."""
+    monkeypatch.setattr(trust, "BUNDLE_PATHS", ())
+    pem = Path(ca.pem).read_text()
+    lf, crlf = tmp_path / "lf", tmp_path / "crlf"
+    lf.mkdir()
+    crlf.mkdir()
+    (lf / "ca.pem").write_bytes(pem.encode())
+    (crlf / "ca.pem").write_bytes(pem.replace("\n", "\r\n").encode())
+    assert (
+        trust.find_trust({"SSL_CERT_DIR": str(crlf)}).cadata
+        == trust.find_trust({"SSL_CERT_DIR": str(lf)}).cadata
+    )
