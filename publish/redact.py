@@ -68,20 +68,21 @@ def scrub(text: str) -> str:
     return text
 
 
-def url(text: str) -> str:
+def url(text: str, found: list[str] | None = None) -> str:
     """``text`` (a URL, a ``vault:`` location, a ``-creds`` item) with its userinfo's password replaced.
 
     The userinfo is everything up to the last ``@`` before the first ``/`` (or ``\\``) after the scheme and
     its slashes, whatever those look like (``https:/u:pw@h``, ``u:pw@h``, ``vault:https:u:pw@h``, a password
     holding ``?`` or ``#``).  A userinfo with a ``:`` keeps its user name (``u:xxxxx@h``); one without is a
-    token (``xxxxx@h``).  Query values are URLs too (``proxy=http%3A%2F%2Fu%3Apw%40p``).
+    token (``xxxxx@h``).  Query values are URLs too (``proxy=http%3A%2F%2Fu%3Apw%40p``).  Each password
+    hidden is appended to ``found``.
     """
     if "@" not in text and "%40" not in text:
         return text  # no userinfo, not even one escaped in a query value: nothing to hide (and no re)
     import re
     from urllib.parse import quote, unquote
 
-    head, q, query = _one(text).partition("?")
+    head, q, query = _one(text, found).partition("?")
     if not q:
         return head
     parts = []
@@ -89,14 +90,15 @@ def url(text: str) -> str:
         key, eq, value = part.partition("=")
         if eq:
             decoded = unquote(value)
-            redacted = _one(decoded)
+            redacted = _one(decoded, found)
             if redacted != decoded:
                 value = quote(redacted, safe="") if "%" in value else redacted
         parts.append(key + eq + value)
     return head + q + "".join(parts)
 
 
-def _one(text: str) -> str:
+def _one(text: str, found: list[str] | None = None) -> str:
+    """``text`` with the password of the URL it starts with hidden; that password is appended to ``found``."""
     import re
 
     m = re.match(_HEAD, text)
@@ -104,12 +106,52 @@ def _one(text: str) -> str:
         return text
     rest = text[m.end() :]
     authority = re.split(r"[/\\]", rest, maxsplit=1)[0]
+    if "@" not in authority:
+        # A password holding "/" or "\\" ends the authority early, as RFC 3986 reads it: "user:pa/ss@h" is
+        # then the host "user". What comes before an "@" ahead of the query, when it holds a ":", is hidden
+        # all the same, so no reading of a malformed URL shows it.
+        wide = re.split(r"[?#]", rest, maxsplit=1)[0]
+        if ":" in wide.rpartition("@")[0]:
+            authority = wide
     userinfo, at, host = authority.rpartition("@")
     if not at:
         return text
-    user, colon, _ = userinfo.partition(":")
+    user, colon, password = userinfo.partition(":")
+    if found is not None:
+        found.append(password if colon else userinfo)
     shown = f"{user}:{PASSWORD}" if colon else PASSWORD
     return text[: m.end()] + shown + "@" + host + rest[len(authority) :]
+
+
+def register_userinfo(items: list[str], sep: str, values: bool = False) -> None:
+    """Register as secrets the URL passwords that a separator inside them cut out of their URL.
+
+    ``items`` is a ``sep``-separated list as it was split (a ``-creds`` list; with ``values``, a query of
+    ``key=value`` pairs).  An item holding an ``@`` after items without one is joined back to the last of
+    those that starts a URL, and the passwords ``url`` finds in the join are registered: a message showing
+    one item alone then has their pieces scrubbed.  Linear: the joins do not overlap.
+    """
+    if not any("@" in item for item in items):
+        return
+    import re
+
+    start = -1  # the last item starting a URL since the last item holding an "@"
+    for j, item in enumerate(items):
+        if "@" in item:
+            if start >= 0:
+                joined = sep.join(items[start : j + 1])
+                for password in _hidden(joined.partition("=")[2] if values else joined):
+                    register(password)
+            start = -1
+        elif re.match(_HEAD, item.partition("=")[2] if values else item):
+            start = j
+
+
+def _hidden(text: str) -> list[str]:
+    """The passwords (or tokens) that ``url`` hides in ``text``."""
+    found: list[str] = []
+    url(text, found)
+    return found
 
 
 def urls_in(text: str) -> str:

@@ -121,15 +121,15 @@ def parse_s3(text: str, what: str) -> S3Root:
         raise Failure(f"{what} {_redact(text)}: userinfo is not allowed in an S3 root")
     if ":" in authority:
         raise Failure(
-            f"{what} {_shown(text)}: a port is not allowed in an S3 root (the endpoint comes from -creds)"
+            f"{what} {_redact(text)}: a port is not allowed in an S3 root (the endpoint comes from -creds)"
         )
     problem = _bucket_problem(authority)
     if problem:
-        raise Failure(f"{what} {_shown(text)}: {problem}")
+        raise Failure(f"{what} {_redact(text)}: {problem}")
     if prefix.endswith("/"):
         prefix = prefix[:-1]
     if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
-        raise Failure(f"{what} {_shown(text)}: the prefix has an empty, '.' or '..' element")
+        raise Failure(f"{what} {_redact(text)}: the prefix has an empty, '.' or '..' element")
     if "\0" in prefix:
         raise Failure(f"{what}: the prefix holds a NUL byte")
     return S3Root(authority, prefix)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
+import re
 import string
 
 import pytest
 
 from publish import redact
-from tests.conftest import remember_secret
+from tests.conftest import remember_secret, run_cli
 
 SECRET = "Zq7/RedactTestSecretValue+9xKp2mWv4LnB"  # registered by the tests below
 remember_secret(SECRET)
@@ -44,6 +45,12 @@ def registered() -> None:
         ("https://:pw@h", "https://:xxxxx@h"),
         ("https://@h", "https://xxxxx@h"),
         ("s3://bucket/a@b/c", "s3://bucket/a@b/c"),  # @ in the path is no userinfo
+        # A "/" or "\\" in the password ends the authority as RFC 3986 reads it; hidden all the same.
+        ("http://u:Pa/ssWord@h:1/x", "http://u:xxxxx@h:1/x"),
+        ("http://u:Pa\\ssWord@h:1/x", "http://u:xxxxx@h:1/x"),
+        ("s3://u:Sec\\retPw@bucket/p", "s3://u:xxxxx@bucket/p"),
+        ("vault:http://u:Pa/ss@h/team?auth=approle", "vault:http://u:xxxxx@h/team?auth=approle"),
+        ("s3://bucket/run@v2/x", "s3://bucket/run@v2/x"),  # no ":" before the "@": a path
         ("https://h/s?x=a@b", "https://h/s?x=a@b"),
         ("/posix/a@b", "/posix/a@b"),  # not a URL
         ("plain", "plain"),
@@ -161,3 +168,61 @@ def test_line_is_one_line_and_scrubbed() -> None:
     out = redact.line(f"entry x\nforged publish: ok https://u:pw@h/ {SECRET}")
     assert "\n" not in out
     assert out == "entry x\\nforged publish: ok https://u:xxxxx@h/ [redacted]"
+
+
+# --------------------------------------------------------------------- a password cut by a separator
+
+PASSWORDS = {
+    "comma": "Hunter2Hunter2,rest",
+    "proxy-comma": "ProxyPass99,zz",
+    "proxy-amp": "ab&LongPassword123",
+    "slash": "Pa/ssWord123",
+    "backslash": "Pass\\ssWord123",
+}
+for _password in PASSWORDS.values():
+    remember_secret(_password)
+
+
+def _pieces(secret: str) -> list[str]:
+    return [p for part in re.split(r"[,&/\\]", secret) if len(part) >= 4 for p in (part,)]
+
+
+@pytest.mark.parametrize(
+    ("case", "argv"),
+    [
+        ("comma", ["-creds", "vault:http://user:{pw}@127.0.0.1:1/team/s3?auth=approle&approle=/x"]),
+        (
+            "proxy-comma",
+            [
+                "-creds",
+                "vault:http://127.0.0.1:1/team/s3?auth=approle&approle=/x&proxy=http://pu:{pw}@127.0.0.1:2",
+            ],
+        ),
+        (
+            "proxy-amp",
+            ["-creds", "vault:http://127.0.0.1:1/team/s3?auth=approle&approle=/x&proxy=http://u:{pw}@p"],
+        ),
+        ("comma", ["-creds", "secret:/x,vault:http://u:{pw}@h/p?auth=approle&approle=/x"]),
+        ("slash", ["-creds", "vault:http://user:{pw}@127.0.0.1:1/team/s3?auth=approle&approle=/x"]),
+        ("backslash", ["-creds", "vault:http://user:{pw}@h/team?auth=approle&approle=/x"]),
+        ("backslash", ["-creds", "secret:/x", "-proxy", "http://u:{pw}@p:1"]),
+        ("slash", ["-creds", "secret:/x", "-proxy", "http://u:{pw}@p:1"]),
+    ],
+)
+def test_no_piece_of_a_malformed_urls_password_is_shown(case: str, argv: list[str]) -> None:
+    """The password of a URL that a "," of the -creds list, an "&" of a query, or a "/" or "\\" cuts short
+    is never shown, whole or in pieces of 4 characters or more."""
+    password = PASSWORDS[case]
+    args = [a.replace("{pw}", password) for a in argv]
+    r = run_cli("resolve", "-checkpoint", "s3://bucket/p", *args)
+    assert r.code in (1, 2), r
+    assert r.err.startswith("publish: "), r.err
+    for piece in _pieces(password):
+        assert piece not in r.out + r.err, (piece, r.err)
+
+
+@pytest.mark.parametrize("checkpoint", ["s3://u:Sec\\retPw123@bucket/p", "s3://u:Sec/retPw123@bucket/p"])
+def test_no_password_of_a_malformed_s3_root_is_shown(checkpoint: str) -> None:
+    r = run_cli("resolve", "-checkpoint", checkpoint, "-creds", "secret:/x")
+    assert r.code == 1, r
+    assert "retPw123" not in r.err and "Sec" not in r.err.split(":", 2)[-1], r.err

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from publish.redact import quoted
+from publish.redact import quoted, register_userinfo
 from publish.urls import parse_proxy, split_host_port
 
 DEFAULT_JWT = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -86,7 +86,9 @@ def parse_location(location: str) -> Location:
     if ";" in query:
         raise ValueError("the query holds a ';'; separate keys with '&'")
     values: dict[str, str] = {}
-    for part in query.split("&"):
+    parts = query.split("&")
+    register_userinfo(parts, "&", values=True)  # an "&" inside proxy='s password must not show the rest
+    for part in parts:
         raw_key, eq, raw_value = part.partition("=")
         key = _unescape(raw_key, "a query key", plus=True)
         if key == "":

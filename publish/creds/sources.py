@@ -14,7 +14,7 @@ import time
 from publish.creds.directory import DirectorySource
 from publish.creds.fields import NotAnswering, Source
 from publish.errors import CredentialsError
-from publish.redact import quoted, url
+from publish.redact import quoted, register_userinfo, url
 from publish.redact import shown as shown_as
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
@@ -32,7 +32,9 @@ def parse_sources(spec: str) -> list[Source]:
         raise CredentialsError("the -creds list is empty")
     sources: list[Source] = []
     seen: dict[tuple[str, str], str] = {}
-    for item in spec.split(","):
+    items = spec.split(",")
+    register_userinfo(items, ",")  # a "," inside a URL's password must not show the rest of it
+    for item in items:
         shown = shown_as(url(item))
         if item == "":
             whole = ",".join(url(i) for i in spec.split(","))
