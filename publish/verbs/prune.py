@@ -11,6 +11,7 @@ from __future__ import annotations
 from publish import layout
 from publish.deadline import Deadline
 from publish.layout import PUB, TOMB
+from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
 
@@ -95,10 +96,10 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int, dry_run: bool = False
         result = store.remove_folder(dl, folder)
         if result.link:
             say.warn(
-                f"prune: left {store.location(folder)} in place: {store.location(result.link)} is a symbolic link"
+                f"prune: left {shown(store.location(folder))} in place: {shown(store.location(result.link))} is a symbolic link"
             )
         elif result.removed:
-            say.out(f"removed {store.location(folder)}")
+            say.out(f"removed {shown(store.location(folder))}")
         store.remove_tombs(
             dl, [layout.tomb_name(folder)]
         )  # after its folder: a crash before leaves it to finish
@@ -120,7 +121,7 @@ def would_remove(dl: Deadline, store: Store, sched: Schedule) -> list[str]:
         link = _link_on_path(store, folder)
         if link:
             lines.append(
-                f"prune: would leave {store.location(folder)} in place: {store.location(link)} is a symbolic link"
+                f"prune: would leave {shown(store.location(folder))} in place: {shown(store.location(link))} is a symbolic link"
             )
             continue
         if store.holds(dl, folder):
@@ -131,7 +132,7 @@ def would_remove(dl: Deadline, store: Store, sched: Schedule) -> list[str]:
                 else [r[len(folder) + 1 :] for r in removed if r.startswith(folder + "/")]
             )
             if not inner or _more_than(dl, store, folder, inner):
-                lines.append(f"would remove {store.location(folder)}")
+                lines.append(f"would remove {shown(store.location(folder))}")
         removed.append(folder)
         done.add(folder)
     return lines

@@ -5,14 +5,14 @@ from __future__ import annotations
 from publish import layout, roots
 from publish.deadline import Deadline
 from publish.errors import Failure, UsageError
-from publish.redact import quoted
+from publish.redact import quoted, shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
 
 
 def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, path: str) -> bool:
     """Create the entry for the save at ``path``; print it, or say it was already there.  True when created."""
-    where = store.location(path)
+    where = shown(store.location(path))
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:  # a byte that is not UTF-8 in a name, kept by Python as a lone surrogate
@@ -30,7 +30,7 @@ def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, p
 def publish(dl: Deadline, store: Store, say: Say, path: str, epoch: int, step: int) -> None:
     store.check_root(dl)
     if not store.holds(dl, path):
-        raise Failure(f"save {store.location(path)} does not exist")
+        raise Failure(f"save {shown(store.location(path))} does not exist")
     publish_entry(dl, store, say, epoch, step, path)
 
 

@@ -57,13 +57,13 @@ def resolve(dl: Deadline, store: Store, say: Say) -> None:
         # One lstat on POSIX, one LIST (max-keys=1) on S3 for a save that is there: the answer is never a
         # save deleted by hand, by a framework's rotation or by a library's retention.
         if store.holds(dl, entry.path):
-            say.out(store.location(entry.path))
+            say.out(shown(store.location(entry.path)))  # a control character: quoted, never ambiguous
             return
         say.warn(
-            f"{where}/{entry.name} names {store.location(entry.path)}, which does not exist: passed over"
+            f"{shown(where + '/' + entry.name)} names {shown(store.location(entry.path))}, which does not exist: passed over"
         )
     if names:
-        raise Failure(f"{where}: none of its {len(names)} entries names a save that exists")
+        raise Failure(f"{shown(where)}: none of its {len(names)} entries names a save that exists")
     if store.cheap_listing:
         try:
             n = unpublished_saves(dl, store)

@@ -11,6 +11,7 @@ from publish.deadline import Deadline
 from publish.errors import Failure, StoreError
 from publish.frameworks import FRAMEWORKS
 from publish.layout import EXEC, PUB, TOMB
+from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
 from publish.verbs.prune import Schedule, would_remove
@@ -133,12 +134,12 @@ def status(dl: Deadline, store: Store, say: Say, keep: int | None, as_json: bool
 def text(doc: dict[str, Any]) -> list[str]:
     """The status document as lines for a person."""
     pubs = doc["publications"]
-    lines = [f"publications in {doc['root']}/{PUB}: {len(pubs)}, newest first"]
+    lines = [f"publications in {shown(doc['root'] + '/' + PUB)}: {len(pubs)}, newest first"]
     for p in pubs:
         there = "exists" if p["exists"] else "MISSING"
-        lines.append(f"  epoch {p['epoch']} step {p['step']} {p['location']} ({there})")
+        lines.append(f"  epoch {p['epoch']} step {p['step']} {shown(p['location'])} ({there})")
     att = doc["attempts"]
-    head = f"saves not published under {doc['root']}/{EXEC}/ ({att['total']} attempts"
+    head = f"saves not published under {shown(doc['root'] + '/' + EXEC + '/')} ({att['total']} attempts"
     if att["looked_into"] < att["total"]:
         head += f", the last {att['looked_into']} by name looked into"
     lines.append(head + ")")
@@ -146,18 +147,22 @@ def text(doc: dict[str, Any]) -> list[str]:
         for s in doc["saves"]:
             if s["state"] == state:
                 why = f": {s['message']}" if s["message"] else ""
-                lines.append(f"  {state:<10} {s['location']} ({s['framework']}, step {s['step']}){why}")
+                lines.append(
+                    f"  {state:<10} {shown(s['location'])} ({s['framework']}, step {s['step']}){why}"
+                )
     lines.append(
         f"folders under {EXEC}/<attempt>/ that no entry names and no framework's naming rule matches:"
     )
-    lines += [f"  {u['location']}" for u in doc["unnamed"]]
+    lines += [f"  {shown(u['location'])}" for u in doc["unnamed"]]
     if doc["unreadable"]:
         lines.append(f"attempts under {EXEC}/ that could not be read:")
         for u in doc["unreadable"]:  # a store's message names the folder already, as a rule
             named_by = u["message"].startswith(u["location"])
-            lines.append(f"  {u['message']}" if named_by else f"  {u['location']}: {u['message']}")
-    lines.append(f"tombstones in {doc['root']}/{TOMB} (an interrupted prune; the next prune finishes them):")
-    lines += [f"  {t['location']}" for t in doc["tombstones"]]
+            lines.append(f"  {u['message']}" if named_by else f"  {shown(u['location'])}: {u['message']}")
+    lines.append(
+        f"tombstones in {shown(doc['root'] + '/' + TOMB)} (an interrupted prune; the next prune finishes them):"
+    )
+    lines += [f"  {shown(t['location'])}" for t in doc["tombstones"]]
     plan = doc["prune"]
     if plan is not None:
         lines.append(f"prune -keep {plan['keep']} would remove entries: {len(plan['entries'])}, and:")

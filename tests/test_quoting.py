@@ -1,0 +1,84 @@
+"""A location holding a control character is printed as Go's %q prints it, in quotes, by every verb: a
+folder named ``a<LF>b`` and one named ``a\\nb`` (a backslash and an n) never give the same line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from tests.conftest import run_cli
+
+LF = "a\nb"  # a line feed in the attempt folder's name
+BACKSLASH = "a\\nb"  # a real backslash, then n: no control character
+
+
+def save(root: Path, attempt: str, step: int) -> Path:
+    folder = root / "exec" / attempt / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def published(root: Path, folder: Path, step: int) -> str:
+    r = run_cli("publish", "-checkpoint", str(root), str(folder), str(step))
+    assert r.code == 0, r
+    return r.out
+
+
+def test_publish_and_resolve_quote_a_control_character_and_only_then(tmp_path: Path) -> None:
+    outs = {}
+    for attempt in (LF, BACKSLASH):
+        root = tmp_path / ("lf" if attempt == LF else "backslash")
+        folder = save(root, attempt, 5)
+        line = published(root, folder, 5)
+        resolved = run_cli("resolve", "-checkpoint", str(root))
+        assert resolved.code == 0, resolved
+        outs[attempt] = (line, resolved.out)
+    lf_root, bs_root = tmp_path / "lf", tmp_path / "backslash"
+    assert outs[LF][1] == f'"{lf_root}/exec/a\\nb/checkpoint-5"\n'
+    assert outs[LF][0].endswith(f', "{lf_root}/exec/a\\nb/checkpoint-5")\n')
+    assert outs[BACKSLASH][1] == f"{bs_root}/exec/a\\nb/checkpoint-5\n"  # as it is: its path, byte for byte
+    assert outs[BACKSLASH][0].endswith(f", {bs_root}/exec/a\\nb/checkpoint-5)\n")
+
+
+def test_already_published_and_a_save_that_is_gone_are_quoted(tmp_path: Path) -> None:
+    folder = save(tmp_path, LF, 3)
+    published(tmp_path, folder, 3)
+    again = run_cli("publish", "-checkpoint", str(tmp_path), str(folder), "3")
+    assert again.code == 0 and f'"{tmp_path}/exec/a\\nb/checkpoint-3")' in again.err, again
+    missing = run_cli(
+        "publish", "-checkpoint", str(tmp_path), str(tmp_path / "exec" / LF / "checkpoint-9"), "9"
+    )
+    assert missing.code == 1 and f'save "{tmp_path}/exec/a\\nb/checkpoint-9" does not exist' in missing.err
+    shutil.rmtree(folder)
+    later = save(tmp_path, "ok", 1)
+    published(tmp_path, later, 1)
+    os.rmdir(later)  # both saves gone: each entry is passed over, then exit 1
+    r = run_cli("resolve", "-checkpoint", str(tmp_path))
+    assert r.code == 1, r
+    assert f'names "{tmp_path}/exec/a\\nb/checkpoint-3", which does not exist: passed over' in r.err
+
+
+def test_prune_status_and_dry_run_quote_it(tmp_path: Path) -> None:
+    old = save(tmp_path, LF, 1)
+    published(tmp_path, old, 1)
+    published(tmp_path, save(tmp_path, "ok", 2), 2)
+    want = f'"{tmp_path}/exec/a\\nb/checkpoint-1"'
+    dry = run_cli("prune", "-checkpoint", str(tmp_path), "-keep", "1", "-dry-run")
+    assert dry.code == 0 and f"would remove {want}\n" in dry.out, dry
+    status = run_cli("status", "-checkpoint", str(tmp_path), "-keep", "1")
+    assert status.code == 0, status
+    assert f"  epoch 0 step 1 {want} (exists)\n" in status.out
+    assert f"  would remove {want}\n" in status.out
+    pruned = run_cli("prune", "-checkpoint", str(tmp_path), "-keep", "1")
+    assert pruned.code == 0 and pruned.out == f"removed {want}\n", pruned
+    assert not old.exists()
+
+
+def test_a_root_holding_a_control_character_is_quoted_in_status(tmp_path: Path) -> None:
+    root = tmp_path / "r\x1bx"
+    published(root, save(root, "ok", 1), 1)
+    r = run_cli("status", "-checkpoint", str(root))
+    assert r.code == 0, r
+    assert f'publications in "{tmp_path}/r\\x1bx/pub": 1, newest first\n' in r.out
+    assert "\x1b" not in r.out
