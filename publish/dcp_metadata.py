@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from publish.errors import Failure
 from publish.layout import clean_relative
+from publish.redact import shown
 
 #: A .metadata over this is refused (a save with millions of items stays far below it).
 LIMIT = 64 * 1024 * 1024
@@ -94,7 +95,8 @@ def _load(data: bytes, where: str) -> object:
         def find_class(self, module: str, name: str) -> type[_Record]:
             if not _allowed(module, name):
                 raise Failure(
-                    f"{where}: names {module}.{name}, which a DCP save never holds: not read (nothing in it was run)"
+                    f"{where}: names {shown(module + '.' + name)}, which a DCP save never holds: not read "
+                    "(nothing in it was run)"
                 )
             key = (module, name)
             if key not in classes:

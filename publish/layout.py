@@ -236,7 +236,9 @@ def parse_tombs(names: list[str], where: str) -> list[str]:
         try:
             folders.append(parse_tomb(text))
         except ValueError as e:
-            raise Failure(f"{where}/{text}: not a tombstone ({e})") from None
+            from publish.redact import shown
+
+            raise Failure(f"{shown(where + '/' + text)}: not a tombstone ({e})") from None
     return folders
 
 

@@ -395,6 +395,5 @@ class S3Client:
                 )
             if errors:
                 k, code, message = errors[0]
-                raise StoreError(
-                    f"{code}: {message}", op="delete", thing=self.where(k), code=code, status=200
-                )
+                text = f"{redact.shown(code)}: {redact.shown(message)}"
+                raise StoreError(text, op="delete", thing=self.where(k), code=code, status=200)

@@ -151,10 +151,14 @@ def check_page(thing: str, prefix: str, delimiter: str, keys: list[str], prefixe
     """Refuse a LIST page with a key outside ``prefix``, or a common prefix not one element below it."""
     for k in keys:
         if not k.startswith(prefix):
-            raise StoreError(f"the store returned {k}, outside the prefix", op="list", thing=thing)
+            raise StoreError(
+                f"the store returned {redact.shown(k)}, outside the prefix", op="list", thing=thing
+            )
     for p in prefixes:
         if not p.startswith(prefix):
-            raise StoreError(f"the store returned {p}, outside the prefix", op="list", thing=thing)
+            raise StoreError(
+                f"the store returned {redact.shown(p)}, outside the prefix", op="list", thing=thing
+            )
         rest = p[len(prefix) :]
         if not delimiter or not rest.endswith(delimiter) or delimiter in rest[: -len(delimiter)]:
             raise StoreError(

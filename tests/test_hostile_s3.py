@@ -311,6 +311,7 @@ BELOW = "not one element below the prefix"
     ("prefix", "why"),
     [
         ("elsewhere/", "elsewhere/, outside the prefix"),
+        ("else\u2028where/", '"else\\u2028where/", outside the prefix'),  # quoted: it holds a line break
         (f"{PREFIX}/exec/A/deeper/", f"the common prefix {PREFIX}/exec/A/deeper/, {BELOW}"),
         (f"{PREFIX}/exec/A", f"the common prefix {PREFIX}/exec/A, {BELOW}"),  # no delimiter
         (f"{PREFIX}/exec/", f"the common prefix {PREFIX}/exec/, {BELOW}"),  # the prefix itself

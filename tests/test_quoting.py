@@ -7,6 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
 
 LF = "a\nb"  # a line feed in the attempt folder's name
@@ -82,3 +84,55 @@ def test_a_root_holding_a_control_character_is_quoted_in_status(tmp_path: Path) 
     assert r.code == 0, r
     assert f'publications in "{tmp_path}/r\\x1bx/pub": 1, newest first\n' in r.out
     assert "\x1b" not in r.out
+
+
+# ------------------------------------------------------------------------ messages naming such a value
+
+
+def test_a_missing_root_is_quoted(tmp_path: Path) -> None:
+    r = run_cli("resolve", "-checkpoint", str(tmp_path / "gone\x1b"))
+    assert r.code == 1 and f'checkpoint root "{tmp_path}/gone\\x1b" does not exist' in r.err, r
+
+
+def test_a_tombstone_that_does_not_parse_is_quoted_like_an_entry(tmp_path: Path) -> None:
+    published(tmp_path, save(tmp_path, "ok", 1), 1)
+    (tmp_path / "tomb").mkdir()
+    (tmp_path / "tomb" / "bad\x1bname").touch()
+    r = run_cli("prune", "-checkpoint", str(tmp_path), "-keep", "1")
+    assert r.code == 1 and f'"{tmp_path}/tomb/bad\\x1bname": not a tombstone (not base32)' in r.err, r
+
+
+def test_a_dcp_metadata_naming_a_foreign_class_quotes_its_name(tmp_path: Path) -> None:
+    from publish import dcp_metadata
+    from publish.errors import Failure
+
+    data = b"\x80\x02cos\x1b[2J\nsys\xe2\x80\xa8tem\n."  # GLOBAL 'os<ESC>[2J' 'sys<U+2028>tem'
+    with pytest.raises(Failure) as e:
+        dcp_metadata.storage_ends(data, "/r/exec/a/step-2/.metadata")
+    assert 'names "os\\x1b[2J.sys\\u2028tem", which a DCP save never holds' in str(e.value)
+
+
+def test_a_dcp_save_whose_path_holds_a_control_character_is_quoted(tmp_path: Path) -> None:
+    folder = tmp_path / "exec" / "a" / "step\r-2"
+    folder.mkdir(parents=True)
+    (folder / ".metadata").write_bytes(b"\x80\x02cos\nsystem\n.")
+    r = run_cli("status", "-checkpoint", str(tmp_path))
+    assert r.code == 0, r
+    assert (
+        f'"{tmp_path}/exec/a/step\\r-2/.metadata": names os.system, which a DCP save never holds' in r.out
+    ), r
+
+
+def test_a_command_that_cannot_start_is_quoted(tmp_path: Path) -> None:
+    tmp_path.joinpath("exec").mkdir()
+    r = run_cli("run", "-checkpoint", str(tmp_path), "-framework", "hf", "-attempt", "a", "--", "no\x1bne")
+    assert r.code == 1 and 'publish: cannot start "no\\x1bne": ' in r.err, r
+
+
+def test_vaults_error_strings_are_quoted() -> None:
+    from types import SimpleNamespace
+
+    from publish.creds.vault import _denied
+
+    resp = SimpleNamespace(status=400, body=b'{"errors": ["bad\\u001b[2J role", "x"]}')
+    assert _denied(resp) == 'denied (HTTP 400): "bad\\x1b[2J role; x"'

@@ -135,6 +135,21 @@ def test_a_per_key_delete_error_fails_naming_the_key(weed: Weed, fault_proxy: Fa
         c.delete_objects([f"{p}/a", f"{p}/b"])
 
 
+def test_a_per_key_delete_error_with_a_control_character_is_quoted(
+    weed: Weed, fault_proxy: FaultProxy
+) -> None:
+    c, p = client(weed, fault_proxy.endpoint)
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?><DeleteResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        f"<Error><Key>{p}/b</Key><Code>AccessDenied&#13;</Code><Message>no&#x2028;pe</Message></Error>"
+        "</DeleteResult>"
+    ).encode()
+    fault_proxy.add(Respond(200, body=body), kind="DELETE_OBJECTS")
+    with pytest.raises(StoreError) as e:
+        c.delete_objects([f"{p}/a", f"{p}/b"])
+    assert str(e.value) == f'store: delete s3://{c.bucket}/{p}/b: "AccessDenied\\r": "no\\u2028pe"'
+
+
 # -- size cap
 
 

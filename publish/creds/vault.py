@@ -237,7 +237,9 @@ def _denied(resp: Any) -> str:
         errors = json.loads(resp.body).get("errors")
         if isinstance(errors, list) and errors:
             # Scrubbed before they are joined and cut, so no cut leaves a piece of a secret behind.
-            detail = ": " + _redact.scrub("; ".join(_redact.scrub(str(e)) for e in errors))[:300]
+            detail = ": " + _redact.shown(
+                _redact.scrub("; ".join(_redact.scrub(str(e)) for e in errors))[:300]
+            )
     except (ValueError, AttributeError):
         pass
     return f"{what} (HTTP {resp.status}){detail}"

@@ -11,6 +11,8 @@ published by its marker, and watch says so once.
 
 from __future__ import annotations
 
+from publish.redact import shown
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
@@ -43,11 +45,11 @@ def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[s
     if METADATA not in sizes:
         if any(_rank_metadata(name) for name in sizes):
             note(
-                f"{store.location(path)} holds per-rank __<rank>.metadata files and no .metadata (a DCP save "
+                f"{shown(store.location(path))} holds per-rank __<rank>.metadata files and no .metadata (a DCP save "
                 "with use_collectives=False): it is never published by watch; publish it with `publish publish`"
             )
         return False
-    where = store.location(f"{path}/{METADATA}")
+    where = shown(store.location(f"{path}/{METADATA}"))
     data = store.read(dl, f"{path}/{METADATA}", dcp_metadata.LIMIT)
     if data is None:
         return False

@@ -10,6 +10,7 @@ import stat
 from publish import fsops
 from publish.errors import Failure
 from publish.layout import EXEC, PUB
+from publish.redact import shown
 
 _O_NOFOLLOW = fsops.O_NOFOLLOW
 _O_CLOEXEC = fsops.O_CLOEXEC
@@ -65,7 +66,7 @@ class PosixRoot:
         try:
             return os.open(self.root, _ROOT_FLAGS)
         except FileNotFoundError:
-            raise Failure(f"checkpoint root {self.root} does not exist") from None
+            raise Failure(f"checkpoint root {shown(self.root)} does not exist") from None
         except NotADirectoryError:
             raise Failure(f"checkpoint root {self.root} is not a directory") from None
         except OSError as e:

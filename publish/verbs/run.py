@@ -18,6 +18,7 @@ from publish.errors import Failure, PublishError, UsageError
 from publish.frameworks import Framework
 from publish.gocompat import parse_decimal
 from publish.layout import EXEC
+from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
 from publish.verbs.resolve import resolve
@@ -92,7 +93,7 @@ class Process:
             else:  # the same setpgid(0, 0) in the child; os.setpgrp is C, so no Python code runs before exec
                 self.popen = subprocess.Popen(argv, env=env, preexec_fn=os.setpgrp)
         except OSError as e:
-            raise Failure(f"cannot start {argv[0]}: {e.strerror or e}") from None
+            raise Failure(f"cannot start {shown(argv[0])}: {e.strerror or e}") from None
         self.batch = batch
 
     def poll(self) -> int | None:
