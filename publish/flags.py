@@ -167,20 +167,21 @@ class FlagSet:
         """Parse flags; return the positional arguments that remain. Raises publish.errors.UsageError with
         Go's message text (no 'publish: ' prefix, the cli adds it), or HelpRequested."""
         rest = list(args)
-        while rest:
-            s = rest[0]
+        at = 0  # rest[at:] is what is left: an index, not pop(0), so many flags cost linear time
+        while at < len(rest):
+            s = rest[at]
             if len(s) < 2 or s[0] != "-":
                 break
             minuses = 1
             if s[1] == "-":
                 minuses = 2
                 if len(s) == 2:  # "--" ends the flags
-                    rest.pop(0)
+                    at += 1
                     break
             name = s[minuses:]
             if not name or name[0] in "-=":
                 raise UsageError(f"bad flag syntax: {s}")
-            rest.pop(0)
+            at += 1
             has_value = False
             text = ""
             eq = name.find("=", 1)
@@ -202,8 +203,9 @@ class FlagSet:
                 else:
                     flag.value = True
             else:
-                if not has_value and rest:
-                    text, has_value = rest.pop(0), True
+                if not has_value and at < len(rest):
+                    text, has_value = rest[at], True
+                    at += 1
                 if not has_value:
                     raise UsageError(f"flag needs an argument: -{name}")
                 try:
@@ -211,7 +213,7 @@ class FlagSet:
                 except ValueError as e:
                     raise UsageError(f"invalid value {go_quote(text)} for flag -{name}: {e}") from None
             flag.is_set = True
-        return rest
+        return rest[at:]
 
     # Results
 

@@ -22,8 +22,10 @@ _short: set[str] = set()
 # re is imported only once a URL is looked at: a POSIX resolve prints its lines without it.
 # A scheme-ish head (``vault:``, ``https:``, ``vault:https:``, even ``u:`` of ``u:pw@h``), then any slashes.
 _HEAD = r"(?:[A-Za-z][A-Za-z0-9+.-]*:)+[/\\]*"
-# A URL inside free text: scheme://authority-with-@.
-_IN_TEXT = r"[A-Za-z][A-Za-z0-9+.-]*:[/\\]+[^\s/\\@]*(?:@[^\s/\\@]*)*@"
+# A URL inside free text: scheme://authority-with-@.  It is tried only where a run of scheme characters
+# begins (the lookbehind), its leading non-letters skipped (group 1), so a long run is scanned once, not
+# once from each of its characters.
+_IN_TEXT = r"(?<![A-Za-z0-9+.-])([0-9+.-]*)([A-Za-z][A-Za-z0-9+.-]*:[/\\]+[^\s/\\@]*(?:@[^\s/\\@]*)*@)"
 _EXTRA_CONTROL = "\u2028\u2029"  # line breaks to str.splitlines, though not control characters
 
 
@@ -161,7 +163,7 @@ def urls_in(text: str) -> str:
     import re
 
     def one(m: re.Match[str]) -> str:
-        return _one(m.group(0) + "h")[:-1]
+        return m.group(1) + _one(m.group(2) + "h")[:-1]
 
     return re.sub(_IN_TEXT, one, text)
 

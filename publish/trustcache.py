@@ -91,12 +91,12 @@ def _files(data: bytes) -> dict[str, bytes] | None:
     from publish import caname  # a warm start needs neither
 
     files: dict[str, bytes] = {}
+    taken: dict[str, int] = {}  # subject hash: how many have it so far (many CAs may share one subject)
     try:
         for der in caname.pem_certificates(data.decode("latin-1")):
             digest = caname.subject_hash(der, lambda b: hashlib.sha1(b).digest())  # noqa: S324 - OpenSSL's name
-            n = 0
-            while f"{digest}.{n}" in files:
-                n += 1
+            n = taken.get(digest, 0)
+            taken[digest] = n + 1
             files[f"{digest}.{n}"] = _pem(der)
     except caname.Unsure:
         return None

@@ -106,7 +106,7 @@ class VaultSource:
                 token = json.loads(resp.body)["auth"]["client_token"]
                 if not isinstance(token, str) or not token:
                     raise TypeError
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 raise self._refuse(f"login to auth/{loc.authmount}: the answer holds no token") from None
             _redact.register(token)
             try:
@@ -199,7 +199,7 @@ class VaultSource:
         try:
             doc = json.loads(resp.body)
             data = doc["data"]["data"] if loc.kv == 2 else doc["data"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise self._refuse(
                 f"reading {shown}: the answer holds no data (is it kv {3 - loc.kv}?)"
             ) from None
@@ -240,6 +240,6 @@ def _denied(resp: Any) -> str:
             detail = ": " + _redact.shown(
                 _redact.scrub("; ".join(_redact.scrub(str(e)) for e in errors))[:300]
             )
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         pass
     return f"{what} (HTTP {resp.status}){detail}"

@@ -13,7 +13,7 @@ from publish.gocompat import parse_duration_ns, parse_go_bool
 # strconv.ParseInt and ParseFloat accept a sign, which gocompat.parse_decimal (flag values) refuses.
 _GO_INT = re.compile(r"[+-]?[0-9]+\Z")
 _GO_FLOAT = re.compile(
-    r"[+-]?(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|inf|infinity|nan)\Z",
+    r"[+-]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?|inf|infinity|nan)\Z",  # no nested repeats
     re.IGNORECASE,
 )
 
