@@ -1,10 +1,9 @@
 """Connections to one HTTP(S) server: direct or through one explicit proxy, verified TLS, a deadline.
 
 Environment proxies are never consulted.  TLS trust is the cafile given, else the system trust found from the
-``env`` mapping as Go's crypto/x509 finds it.  Every socket operation gets the time left before the request's
-deadline.  Connections are made with the _socket C module and responses read by publish.http1; https goes
-through publish.tls (the _ssl C module), imported by the functions that open it: no start-up loads the ssl or
-socket modules.
+``env`` mapping as Go's crypto/x509 finds it.  Every socket operation and host name lookup gets the time left
+before the request's deadline.  Sockets come from the _socket C module, responses are read by publish.http1;
+https goes through publish.tls (the _ssl C module), imported when used: no start-up loads ssl or socket.
 """
 
 from __future__ import annotations
@@ -149,10 +148,15 @@ class Connector:
 
     # -- opening
 
-    def _dial(self, host: str, port: int) -> _socket.socket:
-        """socket.create_connection on _socket; the host as ASCII bytes (a str makes getaddrinfo load the
-        idna codec); each address tried with the time left."""
-        infos = _socket.getaddrinfo(host.encode("ascii"), port, 0, _socket.SOCK_STREAM)
+    def _dial(self, host: str, port: int, who: str) -> _socket.socket:
+        """socket.create_connection on _socket: the lookup and each address tried with the time left."""
+        name = host.encode("ascii")  # a str makes getaddrinfo load the idna codec
+        try:  # a literal address needs no lookup: no thread, and no import of publish.lookup
+            infos = _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM, 0, _socket.AI_NUMERICHOST)
+        except _socket.gaierror:
+            from publish.lookup import addresses
+
+            infos = addresses(name, port, self._left(), who)
         err: OSError = OSError("getaddrinfo returns an empty list")
         for family, kind, proto, _, addr in infos:
             sock = _socket.socket(family, kind, proto)
@@ -171,13 +175,13 @@ class Connector:
     def _connect(self, host: str, port: int, who: str) -> _socket.socket:
         try:
             try:
-                sock = self._dial(host, port)
+                sock = self._dial(host, port, who)
             except _socket.gaierror:
                 if not (host.endswith(".") and host.strip(".")):
                     raise
                 # A fully qualified name that only the hosts file holds: glibc matches "localhost." to no
                 # line of it, Go's resolver matches it to "localhost".  Ask for the name without its dot.
-                sock = self._dial(host.rstrip("."), port)
+                sock = self._dial(host.rstrip("."), port, who)
         except _socket.gaierror:
             raise Unreachable(f"{who} does not answer: cannot resolve host name {host}") from None
         except _TIMEOUT:

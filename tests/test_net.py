@@ -6,13 +6,14 @@ import _socket
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from publish import net, trust, urls
+from publish import lookup, net, trust, urls
 from tests.netfixtures import Proxy, Server, TestCA
 from tests.ports import dead_port
 
@@ -246,6 +247,61 @@ def test_name_not_resolved_is_unreachable(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(_socket, "getaddrinfo", fail)  # what publish.net connects with
     with pytest.raises(net.Unreachable, match="cannot resolve host name s3.invalid"):
         net.Connector("https://s3.invalid").request("GET", "/", {}, timeout=5)
+
+
+def test_a_lookup_that_never_answers_fails_within_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A nameserver that swallows the query: getaddrinfo waits until the test ends and releases it.
+    released = threading.Event()
+
+    def silent(
+        host: bytes, port: int, family: int = 0, kind: int = 0, proto: int = 0, flags: int = 0
+    ) -> object:
+        if flags & socket.AI_NUMERICHOST:  # as getaddrinfo answers for a name, at once
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        released.wait(60)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(_socket, "getaddrinfo", silent)  # what publish.net resolves with
+    errors: list[Exception] = []
+
+    def request() -> None:
+        try:
+            net.Connector("http://s3.example.test").request("GET", "/", {}, timeout=1)
+        except Exception as e:
+            errors.append(e)
+
+    caller = threading.Thread(target=request, daemon=True)
+    caller.start()
+    caller.join(20)  # a bound far past the 1 s deadline: only a lookup that ignores it gets here
+    try:
+        assert not caller.is_alive(), "the request is still waiting for the host name lookup"
+    finally:
+        released.set()
+    assert [(type(e), str(e)) for e in errors] == [
+        (net.Unreachable, "http://s3.example.test does not answer: host name lookup timed out")
+    ]
+
+
+def test_an_ip_address_is_not_looked_up(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_lookup(*args: object) -> object:
+        raise AssertionError("an IP address was looked up on a thread")
+
+    monkeypatch.setattr(lookup, "addresses", no_lookup)
+    c = net.Connector(server.url)  # http://127.0.0.1:PORT
+    for timeout in (5, None):
+        c.close()
+        assert echo(c.request("GET", "/echo", {}, timeout=timeout))["path"] == "/echo"
+    with pytest.raises(net.Unreachable, match=r"^http://\[::1\]:9 does not answer: "):
+        net.Connector("http://[::1]:9").request("GET", "/", {}, timeout=5)
+
+
+@pytest.mark.parametrize("timeout", [5, None])
+def test_a_host_name_is_looked_up_within_the_deadline_or_without_one(
+    server: Server, timeout: float | None
+) -> None:
+    port = server.url.rsplit(":", 1)[1]
+    c = net.Connector(f"http://localhost:{port}")
+    assert echo(c.request("GET", "/echo", {}, timeout=timeout))["path"] == "/echo"
 
 
 def test_connect_timeout_is_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
