@@ -734,3 +734,14 @@ def test_cli_no_source_answered_exits_1(bao: Bao, tmp_path: Path) -> None:
         f"publish: credentials: no source answered: vault:{bao.address}/team/s3?auth=approle&approle={tmp_path}/a: "
         f"http://127.0.0.1:{bao.port} is sealed or a standby (HTTP 503); file:{tmp_path}/none: no such directory\n"
     )
+
+
+def test_an_error_answer_nested_too_deep_is_only_its_status() -> None:
+    """json.loads raises RecursionError (not a ValueError) for deep nesting: the words are then the status
+    alone, never an internal error."""
+    from types import SimpleNamespace
+
+    from publish.creds.vault import _denied
+
+    deep = b'{"errors": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    assert _denied(SimpleNamespace(status=403, body=deep)) == "denied (HTTP 403)"
