@@ -25,6 +25,7 @@ from publish.neterrors import (
     Untrusted,
 )
 from publish.neterrors import reason as _reason
+from publish.redact import shown
 from publish.streams import SockStream, TLSStream
 from publish.trust import Trust, find_trust
 from publish.trustcache import lazy
@@ -250,7 +251,7 @@ class Connector:
             raise NetError(f"{who}: bad answer to CONNECT")
         status = int(code)
         if not 200 <= status < 300:
-            reason = text[13:].strip()
+            reason = shown(text[13:].strip().encode("latin-1").decode("utf-8", "replace"))  # a proxy's words
             raise ProxyRefused(f"{who} refused CONNECT to {hostport}: {status} {reason}".rstrip())
         return SockStream(stream.sock, self._left, pending=reader.leftover())
 

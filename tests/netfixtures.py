@@ -270,7 +270,9 @@ class ProxyHandler(_Base):
             owner.seen.append(Seen("CONNECT", self.path, {k.lower(): v for k, v in self.headers.items()}))
         self.close_connection = True
         if owner.refuse:
-            self.send_response(owner.refuse)
+            # The reason phrase's UTF-8 bytes as they are on the wire (http.server writes latin-1).
+            reason = owner.reason.encode().decode("latin-1") if owner.reason is not None else None
+            self.send_response(owner.refuse, reason)
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
@@ -328,12 +330,13 @@ class ProxyHandler(_Base):
 class Proxy(_Running):
     """An http:// (or, with ``tls``, https://) proxy.  ``connects``: the CONNECT targets; ``forwards``:
     the absolute-form request lines; ``seen``: every request, headers and body included; ``refuse``: a
-    status to answer every CONNECT with (may be set while it runs)."""
+    status to answer every CONNECT with (may be set while it runs), with ``reason`` as its reason phrase."""
 
     handler = ProxyHandler
 
-    def __init__(self, tls: TestCA | None = None, refuse: int = 0) -> None:
+    def __init__(self, tls: TestCA | None = None, refuse: int = 0, reason: str | None = None) -> None:
         self.refuse = refuse
+        self.reason = reason
         self.connects: list[str] = []
         self.forwards: list[str] = []
         self.seen: list[Seen] = []

@@ -508,6 +508,16 @@ def test_proxy_refusing_connect(tls_server: Server, ca: TestCA) -> None:
     assert tls_server.connections == 0
 
 
+def test_a_proxys_reason_phrase_is_read_as_utf8_and_quoted(tls_server: Server, ca: TestCA) -> None:
+    with Proxy(refuse=407, reason="Proxy\x1b[2J auth \u202e") as proxy:
+        c = net.Connector(tls_server.url, proxy=proxy.url, cafile=ca.pem)
+        with pytest.raises(net.ProxyRefused) as info:
+            c.request("GET", "/echo", {}, timeout=5)
+    assert str(info.value) == (
+        f'proxy {proxy.url} refused CONNECT to 127.0.0.1:{tls_server.port}: 407 "Proxy\\x1b[2J auth \\u202e"'
+    )
+
+
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_dead_proxy_never_falls_back_to_direct(
     server: Server, tls_server: Server, ca: TestCA, scheme: str
