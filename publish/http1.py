@@ -7,7 +7,8 @@ more than 100 header lines (HTTPException, as http.client said) or 100 trailer l
 folded (obs-fold, refused rather than joined: no S3 server folds, and a fold is a way to smuggle a header),
 has no colon or a name that is not a token; more than 16 interim 1xx answers, or a 101 (never asked for);
 a Content-Length that is not digits, over 18 digits, or two different values; a Transfer-Encoding other than
-``chunked``; a chunk size that is not 1 to 16 hex digits, or chunk data not followed by a line end.
+``chunked``; a chunk size that is not 1 to 16 hex digits, or chunk data not followed by a line end; a body
+in more than one chunk per KiB of its cap (1024 chunks at least).
 The connection is not kept after an answer with both Transfer-Encoding and Content-Length (a smuggling
 sign), nor when bytes follow the answer (the connection is out of step).
 Every line is found with one ``find`` over the bytes not yet searched, the buffer is one bytearray with an
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 MAX_LINE = 65536
 MAX_HEADERS = 100
 MAX_INTERIM = 16
+MAX_CHUNKS = 1024  # the fewest chunks a body may come in before it is refused
 _READ = 65536
 _STEP = 256 * 1024
 _TOKEN = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -31,7 +33,8 @@ _DIGITS = b"0123456789"
 
 
 class BadResponse(Exception):
-    """The answer is not HTTP/1.x as this reader takes it; ``str()`` is one word for what is wrong."""
+    """The answer is not HTTP/1.x as this reader takes it; ``str()`` is one word for what is wrong (a phrase
+    naming the limit for too many chunks)."""
 
 
 class Closed(Exception):
@@ -120,21 +123,30 @@ class Reader:
         return piece
 
     def exactly(self, n: int) -> bytes:
-        """``n`` bytes, fewer only at the end of the stream; read straight into one buffer that grows (at
-        most doubling) as bytes arrive, so a large Content-Length never allocates what was not sent."""
+        """``n`` bytes, fewer only at the end of the stream (as :meth:`into` reads them)."""
+        out = bytearray()
+        self.into(out, n)
+        return bytes(out)
+
+    def into(self, out: bytearray, n: int) -> int:
+        """Append ``n`` bytes to ``out``, fewer only at the end of the stream, and return how many; read
+        straight into ``out``, grown (at most doubling what arrived) as bytes arrive, so a large length never
+        allocates what was not sent."""
+        start = len(out)
         got = min(n, len(self._buf) - self._pos)
-        out = bytearray(self._buf[self._pos : self._pos + got])
+        out += self._buf[self._pos : self._pos + got]
         self._pos += got
         while got < n:
-            if got == len(out):
+            if start + got == len(out):
                 out += bytes(min(max(got, _STEP), n - got))
-            k = self._stream.recv_into(memoryview(out)[got:])  # the view is gone before the next resize
+            k = self._stream.recv_into(memoryview(out)[start + got :])  # gone before the next resize
             if not k:
                 self.eof = True
                 break
             got += k
+        del out[start + got :]
         self.consumed += got
-        return bytes(out[:got]) if got < n else bytes(out)
+        return got
 
 
 class Head:
@@ -256,42 +268,41 @@ def read_body(reader: Reader, how: Framing, limit: int) -> bytes:
         assert how.length is not None
         if how.length > limit:
             raise OverLimit(how.length)
-        body = reader.exactly(how.length)
-        if len(body) < how.length:
-            raise Incomplete(len(body), how.length - len(body))
-        return body
-    parts: list[bytes] = []
-    total = 0
+        data = reader.exactly(how.length)
+        if len(data) < how.length:
+            raise Incomplete(len(data), how.length - len(data))
+        return data
+    body = bytearray()  # one buffer: a list of bytes objects costs ~35 bytes more per chunk than its data
     if how.kind == "close":
-        while True:
-            piece = reader.read(limit + 1 - total)
-            if not piece:
-                return b"".join(parts)
-            parts.append(piece)
-            total += len(piece)
-            if total > limit:
-                raise OverLimit(None)
+        if reader.into(body, limit + 1) > limit:
+            raise OverLimit(None)
+        return bytes(body)
+    # S3 servers and proxies send chunks of kilobytes; a body cut into far more, smaller chunks costs a
+    # line and a parse per chunk for nothing: refused past one chunk per KiB of the cap (1024 at least).
+    most = max(MAX_CHUNKS, limit // 1024)
+    chunks = 0
     while True:
         line = reader.line()
         size = None if line is None else _chunk_size(line)
         if size is None:
-            raise Incomplete(total, None)
+            raise Incomplete(len(body), None)
         if not size:
             break
-        if total + size > limit:
+        if len(body) + size > limit:
             raise OverLimit(None)
-        data = reader.exactly(size)
-        parts.append(data)
-        total += len(data)
-        if len(data) < size:
-            raise Incomplete(total, size - len(data))
+        chunks += 1
+        if chunks > most:
+            raise BadResponse(f"the body came in more than {most} chunks")
+        got = reader.into(body, size)
+        if got < size:
+            raise Incomplete(len(body), size - got)
         end = reader.read(1)
         if end == b"\r":
             end = reader.read(1)
         if end != b"\n":
-            raise Incomplete(total, None)
+            raise Incomplete(len(body), None)
     try:
         fields(reader, MAX_HEADERS, "TooManyTrailers")
     except Closed:
         reader.eof = True  # the trailers cut short: the body is whole, the connection is not reused
-    return b"".join(parts)
+    return bytes(body)

@@ -31,6 +31,16 @@ def twice(answer: bytes, method: str = "GET") -> tuple[net.Response, net.Respons
         return first, second, srv.connections
 
 
+def twice_limit(answer: bytes, limit: int) -> tuple[net.Response, net.Response, int]:
+    """``answer`` read under ``limit``, then OK, on one Connector: (first, second, connections)."""
+    with Canned([answer, OK]) as srv:
+        c = net.Connector(srv.url)
+        first = c.request("GET", "/", {}, timeout=30, limit=limit)
+        second = c.request("GET", "/", {}, timeout=5)
+        c.close()
+        return first, second, srv.connections
+
+
 # ------------------------------------------------------------------------------------------- framing
 
 
@@ -224,6 +234,54 @@ def test_error_body_cap_on_a_chunked_answer() -> None:
         get(srv, error_limit=1000)
 
 
+def chunked(body: bytes, size: int) -> bytes:
+    """An answer carrying ``body`` in chunks of ``size`` bytes, with a trailer."""
+    chunks = b"".join(
+        b"%x\r\n%s\r\n" % (len(body[i : i + size]), body[i : i + size]) for i in range(0, len(body), size)
+    )
+    return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\nX-Trailer: yes\r\n\r\n"
+
+
+@pytest.mark.parametrize(("limit", "most"), [(1 << 20, 1024), (4 << 20, 4096), (64 << 20, 65536)])
+def test_a_body_in_too_many_chunks_is_refused(limit: int, most: int) -> None:
+    with Canned([chunked(b"x" * (most + 1), 1)], close_after=(0,)) as srv:
+        with pytest.raises(
+            net.NetError, match=f"^{srv.url}: bad HTTP response: the body came in more than {most} chunks$"
+        ) as e:
+            get(srv, limit=limit)
+        assert type(e.value) is net.NetError
+
+
+@pytest.mark.parametrize(("limit", "most"), [(1 << 20, 1024), (64 << 20, 65536)])
+def test_a_body_in_as_many_chunks_as_the_cap_is_read(limit: int, most: int) -> None:
+    # 1 MiB in chunks of 1 KiB is what a server may send under the cap of a GET of 1 MiB.
+    body = os.urandom(limit // most) * most
+    first, second, connections = twice_limit(chunked(body, limit // most), limit)
+    assert first.body == body and second.body == b"ok" and connections == 1
+
+
+def test_a_body_in_chunks_of_kilobytes_is_read() -> None:
+    body = os.urandom(3 << 20)
+    first, second, connections = twice_limit(chunked(body, 16 << 10), 64 << 20)
+    assert first.body == body and second.body == b"ok" and connections == 1
+
+
+def test_tiny_chunks_are_held_in_about_the_size_of_the_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracemalloc
+
+    monkeypatch.setattr(http1, "MAX_CHUNKS", 1 << 20)  # the count cap raised: what the body costs is tested
+    body = b"ab" * (32 << 10)  # 64 KiB in 2-byte chunks: a list of 32768 bytes objects was 60 times that
+    reader = http1.Reader(Pieces(chunked(body, 2), 65536))  # type: ignore[arg-type]
+    how = http1.framing(http1.read_head(reader), "GET")
+    tracemalloc.start()
+    try:
+        got = http1.read_body(reader, how, 64 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got == body and peak < 4 * len(body)  # the buffer filled and the bytes made of it
+
+
 # ------------------------------------------------------------------------------------------- linearity
 
 
@@ -243,7 +301,8 @@ class Pieces:
         return n
 
 
-def test_a_mebibyte_of_one_byte_chunks() -> None:
+def test_a_mebibyte_of_one_byte_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http1, "MAX_CHUNKS", 1 << 20)  # the cap on the chunk count raised: the time is tested
     body = bytes(range(256)) * 4096
     wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
     wire += b"".join(b"1\r\n" + body[i : i + 1] + b"\r\n" for i in range(len(body))) + b"0\r\n\r\n"
