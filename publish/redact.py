@@ -3,6 +3,8 @@
 - ``url(text)``: the password (or a lone token) of a URL's userinfo replaced, however malformed the URL.
 - ``register(value)`` when a credential value is read; ``scrub(text)`` then replaces every fragment of 8 or
   more characters of any registered value (and a whole shorter one) with ``[redacted]``.
+- ``register_userinfo(items, sep)`` for a list split at a separator (``-creds``, a query): a URL password
+  that the separator cut is registered, so ``scrub`` removes its pieces from a message showing one item.
 - ``shown(value)``: the value as it is, or Go's ``%q`` of it when it holds a control character.
 """
 
@@ -75,7 +77,8 @@ def url(text: str, found: list[str] | None = None) -> str:
 
     The userinfo is everything up to the last ``@`` before the first ``/`` (or ``\\``) after the scheme and
     its slashes, whatever those look like (``https:/u:pw@h``, ``u:pw@h``, ``vault:https:u:pw@h``, a password
-    holding ``?`` or ``#``).  A userinfo with a ``:`` keeps its user name (``u:xxxxx@h``); one without is a
+    holding ``?`` or ``#``); when that holds no ``@``, up to the last ``@`` before the query, if what precedes
+    it holds a ``:`` (a password holding ``/`` or ``\\``).  A userinfo with a ``:`` keeps its user name (``u:xxxxx@h``); one without is a
     token (``xxxxx@h``).  Query values are URLs too (``proxy=http%3A%2F%2Fu%3Apw%40p``).  Each password
     hidden is appended to ``found``.
     """
