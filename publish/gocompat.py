@@ -77,39 +77,41 @@ def parse_duration_ns(text: str) -> int:
     orig = text
     invalid = f"time: invalid duration {_time_quote(orig)}"
     s = text
+    n = len(s)
+    at = 0  # s[at:] is what is left: indices, not slices, so many components cost linear time
     neg = False
     if s and s[0] in "+-":
         neg = s[0] == "-"
-        s = s[1:]
-    if s == "0":
+        at = 1
+    if s[at:] == "0":
         return 0
-    if not s:
+    if at == n:
         raise ValueError(invalid)
     d = 0
-    while s:
-        if not (s[0] == "." or _is_digit(s[0])):
+    while at < n:
+        if not (s[at] == "." or _is_digit(s[at])):
             raise ValueError(invalid)
         # Leading integer, with Go's overflow checks.
-        i = 0
+        i = at
         v = 0
-        while i < len(s) and _is_digit(s[i]):
+        while i < n and _is_digit(s[i]):
             if v > _MAX_U63 // 10:
                 raise ValueError(invalid)
             v = v * 10 + ord(s[i]) - ord("0")
             if v > _MAX_U63:
                 raise ValueError(invalid)
             i += 1
-        pre = i > 0
-        s = s[i:]
+        pre = i > at
+        at = i
         # Optional fraction; precision stops accumulating on overflow, as in Go.
         f = 0
         scale = 1.0
         post = False
-        if s and s[0] == ".":
-            s = s[1:]
-            i = 0
+        if at < n and s[at] == ".":
+            at += 1
+            i = at
             overflow = False
-            while i < len(s) and _is_digit(s[i]):
+            while i < n and _is_digit(s[i]):
                 if not overflow:
                     if f > (_MAX_U63 - 1) // 10:
                         overflow = True
@@ -121,18 +123,18 @@ def parse_duration_ns(text: str) -> int:
                             f = y
                             scale *= 10
                 i += 1
-            post = i > 0
-            s = s[i:]
+            post = i > at
+            at = i
         if not pre and not post:
             raise ValueError(invalid)
         # The unit: everything up to the next digit or '.'.
-        i = 0
-        while i < len(s) and not (s[i] == "." or _is_digit(s[i])):
+        i = at
+        while i < n and not (s[i] == "." or _is_digit(s[i])):
             i += 1
-        if i == 0:
+        if i == at:
             raise ValueError(f"time: missing unit in duration {_time_quote(orig)}")
-        u = s[:i]
-        s = s[i:]
+        u = s[at:i]
+        at = i
         unit = _UNITS.get(u)
         if unit is None:
             raise ValueError(f"time: unknown unit {_time_quote(u)} in duration {_time_quote(orig)}")
