@@ -15,12 +15,17 @@ was not written by DCP.
 
 from __future__ import annotations
 
+from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import Failure
 from publish.layout import clean_relative
 from publish.redact import shown
 
 #: A .metadata over this is refused (a save with millions of items stays far below it).
 LIMIT = 64 * 1024 * 1024
+#: A .metadata up to this size is read in the process: its worst case (a dict whose keys collide) takes
+#: milliseconds.  A larger one is read in a forked child under the deadline (publish.forked): 640 KB of
+#: colliding keys held the interpreter for 20 s in one C call.
+IN_PROCESS = 16 * 1024
 
 #: Modules whose globals a DCP save's pickle may name (each becomes an inert record).
 _ALLOWED_ROOTS = ("torch",)
@@ -138,11 +143,40 @@ def _count(value: object, what: str, where: str) -> int:
     return value
 
 
-def storage_ends(data: bytes, where: str) -> dict[str, int]:
+def storage_ends(data: bytes, where: str, deadline: Deadline = UNBOUNDED) -> dict[str, int]:
     """Each storage file the .metadata names, and the least size it must have (the greatest offset + length).
 
     Raises :class:`Incomplete` when the pickle is cut off, and Failure naming ``where`` when it is anything
-    but a DCP Metadata naming at least one storage file."""
+    but a DCP Metadata naming at least one storage file, or when it is not read by ``deadline``."""
+    from publish import forked
+
+    if len(data) <= IN_PROCESS or not forked.available():
+        return _ends(data, where)
+    import marshal
+
+    def work() -> bytes:
+        try:
+            return marshal.dumps(("ends", _ends(data, where)))
+        except Incomplete:
+            return marshal.dumps(("incomplete", None))
+        except Failure as e:
+            return marshal.dumps(("fault", str(e)))
+
+    try:
+        kind, value = marshal.loads(forked.run(work, deadline, 4 * len(data) + 65536))
+    except forked.TimedOut:
+        given = f" (the time given was {deadline.timeout:g}s)" if deadline.timeout is not None else ""
+        raise Failure(f"{where}: timed out reading it as a DCP .metadata{given}") from None
+    except forked.Died as e:
+        raise Failure(f"{where}: its reader failed: {e}") from None
+    if kind == "incomplete":
+        raise Incomplete
+    if kind == "fault":
+        raise Failure(value)
+    return dict(value)
+
+
+def _ends(data: bytes, where: str) -> dict[str, int]:
     document = _load(data, where)
     if not isinstance(document, _Record) or document.origin != _METADATA:
         raise Failure(f"{where}: is not a DCP Metadata")

@@ -88,3 +88,19 @@ def write_save(folder: Path, files: dict[str, int] | None = None, *, marker: boo
     if marker:
         (folder / ".metadata").write_bytes(data)
     return data
+
+
+_P61 = (1 << 61) - 1  # CPython hashes an int modulo this prime: k * _P61 all hash to 0
+
+
+def colliding(keys: int) -> bytes:
+    """A .metadata naming ``f`` (1 byte) whose storage_data has ``keys`` int keys of one hash, each naming one
+    memoized _StorageInfo: building that dict takes time quadratic in ``keys``, inside one C call (about
+    20 s for 40,000 keys, 560 KB)."""
+    info = metadata({"a": {"relative_path": "f", "offset": 0, "length": 1}})
+    record = info[info.index(f"c{_FS}".encode()) : info.rindex(b"bu") + 1]
+    body = bytearray(b"}(") + pickle.dumps(_P61, protocol=2)[2:-1] + record + b"q\x01"
+    for k in range(2, keys + 1):
+        body += pickle.dumps(k * _P61, protocol=2)[2:-1] + b"h\x01"
+    body += b"u"
+    return metadata(Raw(bytes(body)))

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from publish import dcp_metadata, forked
 from publish.dcp_metadata import Incomplete, storage_ends
+from publish.deadline import Deadline
 from publish.errors import Failure
 from tests.conftest import REPO, need
-from tests.dcp_shapes import metadata
+from tests.dcp_shapes import colliding, metadata
 
 
 def _torch() -> bool:
@@ -196,3 +199,72 @@ def test_deep_nesting_is_no_internal_error() -> None:
     data = b"\x80\x02" + b"]" * 200_000 + b"a" * 199_999 + b"."
     with pytest.raises(Failure, match="is not a DCP Metadata"):
         storage_ends(data, "m")
+
+
+# --- a .metadata too large to read in the process is read in a forked child, under the deadline
+
+
+def _no_child_left() -> bool:
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def test_keys_that_collide_are_read_under_the_deadline() -> None:
+    """Before, the parse ran in the process: about 20 s for these 40,000 keys, whatever the deadline, and
+    then the save was taken as whole.  Now the child is killed when the deadline passes."""
+    need(forked.available(), "os.fork is not available")
+    data = colliding(40_000)
+    with pytest.raises(
+        Failure, match=r"^m: timed out reading it as a DCP \.metadata \(the time given was 1s\)$"
+    ):
+        storage_ends(data, "m", Deadline(1))
+    assert _no_child_left()
+
+
+def test_a_child_answers_as_the_process_does() -> None:
+    """Above IN_PROCESS bytes the child reads it: the same ends, the same faults, the same Incomplete."""
+    need(forked.available(), "os.fork is not available")
+    storage = {
+        f"w{i}": {"relative_path": f"__{i % 7}_0.distcp", "offset": i * 10, "length": 10} for i in range(3000)
+    }
+    data = metadata(storage)
+    assert len(data) > dcp_metadata.IN_PROCESS
+    assert storage_ends(data, "m", Deadline(60)) == dcp_metadata._ends(data, "m")
+    ends = {f"__{r}_0.distcp": 10 * max(i for i in range(3000) if i % 7 == r) + 10 for r in range(7)}
+    assert storage_ends(data, "m") == ends
+    with pytest.raises(Incomplete):
+        storage_ends(data[: len(data) // 2], "m", Deadline(60))
+    with pytest.raises(Failure, match="^m: holds 1 bytes after its pickle ends$"):
+        storage_ends(data + b"x", "m", Deadline(60))
+    bad = metadata({**storage, "z": {"relative_path": "../x", "offset": 0, "length": 1}})
+    with pytest.raises(Failure, match="relative_path '../x' is not a clean relative path"):
+        storage_ends(bad, "m", Deadline(60))
+    assert _no_child_left()
+
+
+def test_a_small_metadata_is_read_in_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: object) -> bytes:
+        raise AssertionError("forked for a small .metadata")
+
+    monkeypatch.setattr(forked, "run", refuse)
+    data = metadata({"a": {"relative_path": "f", "offset": 0, "length": 1}})
+    assert len(data) <= dcp_metadata.IN_PROCESS
+    assert storage_ends(data, "m", Deadline(60)) == {"f": 1}
+
+
+def test_a_child_that_dies_is_a_fault_naming_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    need(forked.available(), "os.fork is not available")
+
+    def crash(data: bytes, where: str) -> dict[str, int]:
+        os.abort()  # as a crash in C would end it (a signal the child cannot block)
+
+    monkeypatch.setattr(dcp_metadata, "_ends", crash)
+    data = metadata({f"w{i}": {"relative_path": "f", "offset": i, "length": 1} for i in range(3000)})
+    with pytest.raises(
+        Failure, match=f"^m: its reader failed: it was ended by signal {int(signal.SIGABRT)}$"
+    ):
+        storage_ends(data, "m", Deadline(60))
+    assert _no_child_left()

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -105,6 +106,29 @@ def test_dcp_publishes_when_metadata_appears(root: Path) -> None:
     assert w.next_line() == published(root, 200, "exec/7/iter_0000200")
     assert w.next_line() == published(root, 300, "exec/7/300")
     assert w.stop()[0] == 0
+
+
+def test_dcp_metadata_slow_to_read_stops_watch_at_its_deadline(root: Path) -> None:
+    """Before, its dict of colliding keys was built inside one C call that held the interpreter for about
+    20 s whatever -timeout said, and the save was then published as whole."""
+    folder = root / "exec" / "A" / "step-1"
+    folder.mkdir(parents=True)
+    (folder / "f").write_bytes(b"\x01")
+    (folder / ".metadata").write_bytes(dcp_shapes.colliding(40_000))
+    w = Watch(
+        "-checkpoint", str(root), "-framework", "dcp", "-interval", "100ms", "-timeout", "2s", "-attempt", "A"
+    )
+    try:
+        code, err = w.finish(timeout=15)
+    except subprocess.TimeoutExpired:
+        w.proc.kill()
+        w.finish()
+        pytest.fail("watch did not stop at its -timeout")
+    assert (code, err) == (
+        1,
+        f"publish: {folder}/.metadata: timed out reading it as a DCP .metadata (the time given was 2s)\n",
+    )
+    assert not (root / "pub").exists()
 
 
 def snapshot_dir(saves: Path, step: int, good: bool = True) -> Path:

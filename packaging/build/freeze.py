@@ -92,8 +92,8 @@ def make_tree(frozen: Path, root: Path) -> None:
 HIDDEN = [
     "base64", "binascii", "calendar", "concurrent.futures", "datetime", "email", "email.feedparser",
     "email.message", "email.parser", "email.policy", "email.utils", "errno", "hashlib", "hmac", "html", "http",
-    "http.client", "ipaddress", "json", "json.decoder", "math", "random", "re", "secrets", "select", "selectors",
-    "signal", "socket", "ssl", "stat", "struct", "tempfile", "threading", "time", "urllib", "urllib.parse",
+    "http.client", "ipaddress", "json", "json.decoder", "math", "random", "re", "resource", "secrets", "select",
+    "selectors", "signal", "socket", "ssl", "stat", "struct", "tempfile", "threading", "time", "urllib", "urllib.parse",
     "uuid", "xml", "xml.etree", "xml.etree.ElementTree", "xml.parsers.expat", "pyexpat", "zlib", "_hashlib",
     "_ssl", "_json", "_struct", "_socket", "_random", "_sha256", "_sha1", "_md5", "_blake2",
 ]  # fmt: skip

@@ -54,7 +54,7 @@ def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[s
     if data is None:
         return False
     try:
-        ends = dcp_metadata.storage_ends(data, where)
+        ends = dcp_metadata.storage_ends(data, where, dl)
     except dcp_metadata.Incomplete:
         return False
     for name, end in ends.items():

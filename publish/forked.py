@@ -1,0 +1,106 @@
+"""Pure work on untrusted input, done in a forked child that a deadline can end.
+
+A parse that runs inside one C call (the C unpickler building a dict whose keys a file chose to collide)
+holds the interpreter until it returns: no timeout, no signal handler, no other thread runs meanwhile.
+Done in a child, the parent only waits on a pipe, under the deadline, and can kill it.  The child computes
+and writes its answer; it never touches a file, a socket or the parent's state, and it ends with
+``os._exit`` (no atexit, no flushing of buffers it shares with the parent).
+"""
+
+from __future__ import annotations
+
+import os
+
+from publish.deadline import Deadline
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+#: The child's exit status when ``work`` raised (the parent reports it; ``work`` encodes expected faults).
+RAISED = 70
+_PIECE = 1 << 16
+
+
+class TimedOut(Exception):
+    """The deadline passed before the child answered; the child was killed."""
+
+
+class Died(Exception):
+    """The child ended without a whole answer: ``str()`` says how (a signal, an exit status, a long answer)."""
+
+
+def available() -> bool:
+    """True where a child can be forked (POSIX)."""
+    return hasattr(os, "fork")
+
+
+def run(work: Callable[[], bytes], deadline: Deadline, limit: int) -> bytes:
+    """What ``work()`` returns, computed in a forked child: at most ``limit`` bytes, within ``deadline``.
+
+    The child blocks every signal it can, so a signal meant for the command (a job's SIGTERM to the
+    process group) is the parent's alone to act on; and a CPU limit of the time left (plus a second) ends
+    a child whose parent was killed.  :class:`TimedOut` or :class:`Died` otherwise; the child is reaped
+    whatever happens, KeyboardInterrupt included."""
+    import select
+    import signal
+
+    left = deadline.left()
+    if left is not None and left <= 0:
+        raise TimedOut
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child; its answer is what the tests check
+        status = RAISED
+        try:
+            os.close(r)
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+            if left is not None:
+                import resource
+
+                seconds = int(left) + 1
+                resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+            view = memoryview(work())
+            while view:
+                view = view[os.write(w, view) :]
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(w)
+    reaped = False
+    try:
+        poller = select.poll()
+        poller.register(r, select.POLLIN)
+        pieces: list[bytes] = []
+        size = 0
+        while True:
+            left = deadline.left()
+            if left is not None and left <= 0:
+                raise TimedOut
+            if not poller.poll(None if left is None else max(1, int(left * 1000) + 1)):
+                continue
+            piece = os.read(r, _PIECE)
+            if not piece:
+                break
+            size += len(piece)
+            if size > limit:
+                raise Died(f"its answer passed {limit} bytes")
+            pieces.append(piece)
+        _, status = os.waitpid(pid, 0)
+        reaped = True
+    finally:
+        os.close(r)
+        if not reaped:
+            _kill(pid)
+    if os.WIFSIGNALED(status):
+        raise Died(f"it was ended by signal {os.WTERMSIG(status)}")
+    if os.WEXITSTATUS(status) != 0:
+        raise Died(f"it ended with exit status {os.WEXITSTATUS(status)}")
+    return b"".join(pieces)
+
+
+def _kill(pid: int) -> None:
+    import signal
+
+    os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid is still this child's, if only as a zombie
+    os.waitpid(pid, 0)
