@@ -133,3 +133,20 @@ def test_a_command_that_cannot_start_is_reported_as_before(tmp_path: Path) -> No
     with pytest.raises(Failure) as e:
         Batch(env, 30).state()
     assert str(e.value) == "squeue: [Errno 2] No such file or directory: 'squeue'"
+
+
+def test_bytes_the_locale_cannot_decode_are_replaced_not_raised(tmp_path: Path) -> None:
+    """Before, a byte that is not UTF-8 in a command's output raised UnicodeDecodeError out of publish run."""
+    env = stand_in(
+        tmp_path,
+        "scancel",
+        "printf 'scancel: error: Kill job error on job id 7 on node n\\377\\n' >&2\nexit 1",
+    )
+    with pytest.raises(Failure) as e:
+        Batch(env, 30).signal_steps(15)
+    assert (
+        str(e.value)
+        == "scancel --signal=TERM 7: exit 1: scancel: error: Kill job error on job id 7 on node n\ufffd"
+    )
+    env = stand_in(tmp_path, "squeue", "printf '7.0\\n7.\\377\\n'")
+    assert Batch(env, 30).steps_left()

@@ -84,12 +84,10 @@ def _bounded(argv: tuple[str, ...], env: dict[str, str], timeout: float) -> tupl
             p.kill()
             p.wait()
             raise
-        # decoded as subprocess.run(text=True) decodes
+        # decoded as subprocess.run(text=True) decodes, but a byte the locale's encoding cannot read (a job
+        # or node name) becomes U+FFFD instead of an exception
         out, err = (
-            bytes(got[f.fileno()])
-            .decode(f.encoding, f.errors or "strict")
-            .replace("\r\n", "\n")
-            .replace("\r", "\n")
+            bytes(got[f.fileno()]).decode(f.encoding, "replace").replace("\r\n", "\n").replace("\r", "\n")
             for f in files
             if isinstance(f, io.TextIOWrapper)
         )
