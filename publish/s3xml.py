@@ -1,6 +1,7 @@
 """The XML of S3 answers: ListObjectsV2 pages, error documents, DeleteObjects requests and results.
 
-Pure functions over bytes (no I/O).  A malformed answer is a :class:`StoreError` naming the request.
+Pure functions over bytes (no I/O), and :class:`Pages`, which ends a listing that would go on without end.  A
+malformed answer is a :class:`StoreError` naming the request.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import pyexpat
 
 from publish import percent, redact
 from publish.errors import StoreError
+from publish.hashing import sha256
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
@@ -166,6 +168,36 @@ def check_page(thing: str, prefix: str, delimiter: str, keys: list[str], prefixe
                 op="list",
                 thing=thing,
             )
+
+
+class Pages:
+    """The pages of one listing so far.  A StoreError naming ``thing``: past ``entries`` entries (keys and common
+    prefixes) or ``names`` bytes of them in UTF-8, a truncated page without a token, a token sent before."""
+
+    def __init__(self, thing: str, entries: int, names: int) -> None:
+        self.thing, self.entries, self.names = thing, entries, names
+        self.held = self.size = 0
+        self.used: set[bytes] = set()  # digests: a token may be long, and a hostile store sends many
+
+    def add(self, keys: list[str], prefixes: list[str]) -> None:
+        """Count a page, before it is kept: a store answering truncated with a fresh token ends here."""
+        self.held += len(keys) + len(prefixes)
+        for n in (keys, prefixes):  # a str's characters never take more memory than their UTF-8
+            self.size += sum(len(k) if k.isascii() else len(k.encode("utf-8", "surrogatepass")) for k in n)
+        if self.held > self.entries or self.size > self.names:
+            cap = f"{self.entries} entries" if self.held > self.entries else f"{self.names} bytes of names"
+            why = f"the listing passed {cap}: refused (a store that keeps answering truncated)"
+            raise StoreError(why, op="list", thing=self.thing)
+
+    def follow(self, token: str) -> None:
+        """Take the next page's token; one sent before would have the listing go round forever."""
+        digest = sha256(token.encode("utf-8", "surrogatepass")).digest()
+        if not token or digest in self.used:
+            why = (
+                "a continuation token it had sent before" if token else "a truncated listing without a token"
+            )
+            raise StoreError(f"the store sent {why}", op="list", thing=self.thing)
+        self.used.add(digest)
 
 
 def error_of(status: int, headers: Mapping[str, str], body: bytes) -> tuple[str, str]:
