@@ -24,6 +24,13 @@ class Deadline:
         self.at = None if timeout is None else clock() + timeout
 
     @classmethod
+    def until(cls, at: float, timeout: float, clock: Callable[[], float] = time.monotonic) -> Deadline:
+        """The instant ``at`` of ``clock``, of work given ``timeout`` seconds in all (messages show that)."""
+        deadline = cls(None, clock)
+        deadline.at, deadline.timeout = at, timeout
+        return deadline
+
+    @classmethod
     def none(cls) -> Deadline:
         """No bound."""
         return cls(None)

@@ -136,8 +136,10 @@ class Command:
         )
 
     def deadline(self, call: Call) -> Deadline:
-        """What is left of -timeout since the start (at least 1 ms): the verb's store calls share it."""
-        return Deadline(max(call.started + self.timeout.value - time.monotonic(), 0.001))
+        """What is left of -timeout since the start (at least 1 ms): the verb's store calls share it, and a
+        timeout's message names -timeout as given."""
+        timeout = self.timeout.value
+        return Deadline.until(max(call.started + timeout, time.monotonic() + 0.001), timeout)
 
 
 def expect_args(call: Call, names: list[str], optional: int = 0) -> None:

@@ -117,7 +117,7 @@ def _bounded(scan: Watcher, dl: Deadline) -> Deadline:
 
     worker = threading.Thread(target=run, name="publish-last-scan", daemon=True)
     worker.start()
-    worker.join(dl.timeout)
+    worker.join(dl.left())
     if worker.is_alive():
         raise Failure(f"the last scan of {scan.store.location(scan.saves)} did not finish within -timeout")
     if errors:
