@@ -28,7 +28,9 @@ _HEAD = r"(?:[A-Za-z][A-Za-z0-9+.-]*:)+[/\\]*"
 # begins (the lookbehind), its leading non-letters skipped (group 1), so a long run is scanned once, not
 # once from each of its characters.
 _IN_TEXT = r"(?<![A-Za-z0-9+.-])([0-9+.-]*)([A-Za-z][A-Za-z0-9+.-]*:[/\\]+[^\s/\\@]*(?:@[^\s/\\@]*)*@)"
-_EXTRA_CONTROL = "\u2028\u2029"  # line breaks to str.splitlines, though not control characters
+# Line breaks to str.splitlines, though not control characters; and Unicode's Bidi_Control characters, which
+# reorder what a terminal shows (a path holding U+202E reads backwards from there): quoted, they show as \u202e.
+_EXTRA_CONTROL = "\u2028\u2029\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
 def register(*values: str) -> None:
@@ -176,7 +178,8 @@ def _is_control(c: str) -> bool:
 
 
 def has_control(value: str) -> bool:
-    """True when ``value`` holds a control character (C0, DEL, C1) or a Unicode line or paragraph break."""
+    """True when ``value`` holds a control character (C0, DEL, C1), a Unicode line or paragraph break, or a
+    bidirectional control (U+202E and its kin)."""
     return not value.isprintable() and any(_is_control(c) for c in value)
 
 

@@ -136,3 +136,13 @@ def test_vaults_error_strings_are_quoted() -> None:
 
     resp = SimpleNamespace(status=400, body=b'{"errors": ["bad\\u001b[2J role", "x"]}')
     assert _denied(resp) == 'denied (HTTP 400): "bad\\x1b[2J role; x"'
+
+
+def test_a_bidirectional_control_is_quoted(tmp_path: Path) -> None:
+    """Before, a folder holding U+202E was printed as it is: a terminal then shows the rest of the line
+    reversed, so the path read is not the path printed."""
+    folder = save(tmp_path, "a\u202e", 4)
+    line = published(tmp_path, folder, 4)
+    assert line.endswith(f', "{tmp_path}/exec/a\\u202e/checkpoint-4")\n')
+    r = run_cli("resolve", "-checkpoint", str(tmp_path))
+    assert (r.code, r.out) == (0, f'"{tmp_path}/exec/a\\u202e/checkpoint-4"\n')

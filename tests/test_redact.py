@@ -156,6 +156,9 @@ def test_scrub_is_linear() -> None:
         ("\x7f", '"\\x7f"'),
         ("\x85", '"\\u0085"'),
         ("a\u2028b", '"a\\u2028b"'),
+        ("exec/\u202etxt.pt", '"exec/\\u202etxt.pt"'),  # shown, it reads "exec/tp.txt"
+        ("\u2066a\u2069\u200f\u061c", '"\\u2066a\\u2069\\u200f\\u061c"'),
+        ("zero\u200bwidth\u00a0space", "zero\u200bwidth\u00a0space"),  # not a control: as it is
         ('q"\n', '"q\\"\\n"'),
         ("\a\b\f\v\x00", '"\\a\\b\\f\\v\\x00"'),
     ],
