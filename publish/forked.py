@@ -42,6 +42,7 @@ def run(work: Callable[[], bytes], deadline: Deadline, limit: int) -> bytes:
     process group) is the parent's alone to act on; and a CPU limit of the time left (plus a second) ends
     a child whose parent was killed.  :class:`TimedOut` or :class:`Died` otherwise; the child is reaped
     whatever happens, KeyboardInterrupt included."""
+    import gc
     import select
     import signal
 
@@ -55,6 +56,7 @@ def run(work: Callable[[], bytes], deadline: Deadline, limit: int) -> bytes:
         try:
             os.close(r)
             signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+            gc.disable()  # short-lived, and ends with _exit: a collection would only copy pages it touches
             if left is not None:
                 import resource
 
