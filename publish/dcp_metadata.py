@@ -20,12 +20,21 @@ from publish.errors import Failure
 from publish.layout import clean_relative
 from publish.redact import shown
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 #: A .metadata over this is refused (a save with millions of items stays far below it).
 LIMIT = 64 * 1024 * 1024
 #: A .metadata up to this size is read in the process: its worst case (a dict whose keys collide) takes
-#: milliseconds.  A larger one is read in a forked child under the deadline (publish.forked): 640 KB of
+#: milliseconds.  A larger one is read in a forked child under the deadline (publish.forked): 560 KB of
 #: colliding keys held the interpreter for 20 s in one C call.
 IN_PROCESS = 16 * 1024
+#: The C reader reads a real .metadata at about 9 MB/s here: one given FAST_BASE seconds plus a second per
+#: FAST_RATE bytes (ten times that) and not done has dicts whose keys collide, and is read again by the
+#: guarded reader, linear whatever the file holds.  Either way the deadline bounds the whole.
+FAST_BASE = 0.5
+FAST_RATE = 1_000_000
 
 #: Modules whose globals a DCP save's pickle may name (each becomes an inert record).
 _ALLOWED_ROOTS = ("torch",)
@@ -90,13 +99,98 @@ def _allowed(module: str, name: str) -> bool:
     return any(module == root or module.startswith(root + ".") for root in _ALLOWED_ROOTS)
 
 
-def _load(data: bytes, where: str) -> object:
+class _Exact:
+    """The bytes of a .metadata as the pure-Python unpickler reads them: a read that the data ends short of
+    is EOFError (a file still being written), as the C unpickler reports it "truncated"."""
+
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        self._io = io.BytesIO(data)
+        self.size = len(data)
+
+    def tell(self) -> int:
+        return self._io.tell()
+
+    def read(self, n: int = -1) -> bytes:
+        got = self._io.read(n)
+        if n >= 0 and len(got) < n:
+            raise EOFError
+        return got
+
+    def readinto(self, buf: Any) -> int:
+        n = self._io.readinto(buf)
+        if n < len(buf):
+            raise EOFError
+        return n
+
+    def readline(self) -> bytes:
+        got = self._io.readline()
+        if not got.endswith(b"\n"):
+            raise EOFError
+        return got
+
+
+#: Hashes no pickle can make collide in numbers: str and bytes (randomised), an inert record (its identity),
+#: and ints below CPython's modulus (their own value; only -1 and -2 share one), floats (at most a few dozen
+#: per hash), bools and None.  A tuple or frozenset key hashes from its items, which a file can choose to
+#: collide; an int past the modulus hashes to its remainder.
+_P61 = (1 << 61) - 1
+
+
+def _plain_key(key: object) -> bool:
+    kind = type(key)
+    if kind is int:
+        return -_P61 < key < _P61  # type: ignore[operator]
+    return kind in (str, bytes, float, bool, type(None)) or isinstance(key, _Record)
+
+
+def _guarded(base: type[Any], where: str) -> dict[int, Any]:
+    """The pure-Python unpickler's opcodes, with every dict key and set item checked first to be one whose
+    hash a file cannot collide (:func:`_plain_key`): a dict or set then fills in linear time."""
+
+    def check(items: list[object], step: int) -> None:
+        for item in items[::step]:
+            if not _plain_key(item):
+                what = "an int of 2^61-1 or more" if type(item) is int else f"a {type(item).__name__}"
+                raise Failure(
+                    f"{where}: does not read as a DCP .metadata: {what} as a dict key or set item (a DCP save "
+                    "holds none; its hash could be made to collide)"
+                )
+
+    def keyed(op: Any, step: int, at: int | None = None) -> Any:
+        def run(self: Any) -> None:
+            check(self.stack if at is None else [self.stack[at]], step)
+            op(self)
+
+        return run
+
+    dispatch = dict(base.dispatch)
+    for code, step, at in (
+        (b"s", 1, -2),
+        (b"u", 2, None),
+        (b"d", 2, None),
+        (b"\x90", 1, None),
+        (b"\x91", 1, None),
+    ):
+        dispatch[code[0]] = keyed(base.dispatch[code[0]], step, at)
+    return dispatch
+
+
+def _load(data: bytes, where: str, guarded: bool = False) -> object:
+    """The document, read by the C unpickler, or (``guarded``) by the pure-Python one whose dicts and sets
+    refuse keys a file could make collide: linear in ``data`` whatever it holds, and about 5x slower."""
     import io
     import pickle
+    import struct
 
     classes: dict[tuple[str, str], type[_Record]] = {}
+    base: type[Any] = pickle._Unpickler if guarded else pickle.Unpickler
 
-    class Reader(pickle.Unpickler):
+    class Reader(base):  # type: ignore[misc]
+        if guarded:
+            dispatch = _guarded(base, where)
+
         def find_class(self, module: str, name: str) -> type[_Record]:
             if not _allowed(module, name):
                 raise Failure(
@@ -108,7 +202,7 @@ def _load(data: bytes, where: str) -> object:
                 classes[key] = _record_class(module, name)
             return classes[key]
 
-    stream = io.BytesIO(data)
+    stream = _Exact(data) if guarded else io.BytesIO(data)
     try:
         document = Reader(stream).load()
     except Failure:
@@ -119,7 +213,16 @@ def _load(data: bytes, where: str) -> object:
         if "truncated" in str(e):
             raise Incomplete from None
         raise Failure(f"{where}: does not read as a DCP .metadata: {e}") from None
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, MemoryError) as e:
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        OverflowError,
+        MemoryError,
+        struct.error,
+    ) as e:
         raise Failure(f"{where}: does not read as a DCP .metadata: {type(e).__name__}: {e}") from None
     if stream.tell() != len(data):
         raise Failure(f"{where}: holds {len(data) - stream.tell()} bytes after its pickle ends")
@@ -152,11 +255,36 @@ def storage_ends(data: bytes, where: str, deadline: Deadline = UNBOUNDED) -> dic
 
     if len(data) <= IN_PROCESS or not forked.available():
         return _ends(data, where)
+    fast = Deadline(FAST_BASE + len(data) / FAST_RATE)
+    left = deadline.left()
+    if left is not None and left <= (fast.left() or 0):
+        fast = deadline
+    try:
+        return _in_child(data, where, fast, guarded=False)
+    except forked.TimedOut:
+        if fast is deadline:
+            raise _timed_out(where, deadline) from None
+    # Longer than the C reader takes on any real .metadata of this size: its dicts' keys may collide.
+    try:
+        return _in_child(data, where, deadline, guarded=True)
+    except forked.TimedOut:
+        raise _timed_out(where, deadline) from None
+
+
+def _timed_out(where: str, deadline: Deadline) -> Failure:
+    given = f" (the time given was {deadline.timeout:g}s)" if deadline.timeout is not None else ""
+    return Failure(f"{where}: timed out reading it as a DCP .metadata{given}")
+
+
+def _in_child(data: bytes, where: str, deadline: Deadline, guarded: bool) -> dict[str, int]:
+    """:func:`_ends` in a forked child that ``deadline`` ends (forked.TimedOut)."""
     import marshal
+
+    from publish import forked
 
     def work() -> bytes:
         try:
-            return marshal.dumps(("ends", _ends(data, where)))
+            return marshal.dumps(("ends", _ends(data, where, guarded)))
         except Incomplete:
             return marshal.dumps(("incomplete", None))
         except Failure as e:
@@ -164,9 +292,6 @@ def storage_ends(data: bytes, where: str, deadline: Deadline = UNBOUNDED) -> dic
 
     try:
         kind, value = marshal.loads(forked.run(work, deadline, 4 * len(data) + 65536))
-    except forked.TimedOut:
-        given = f" (the time given was {deadline.timeout:g}s)" if deadline.timeout is not None else ""
-        raise Failure(f"{where}: timed out reading it as a DCP .metadata{given}") from None
     except forked.Died as e:
         raise Failure(f"{where}: its reader failed: {e}") from None
     if kind == "incomplete":
@@ -176,8 +301,8 @@ def storage_ends(data: bytes, where: str, deadline: Deadline = UNBOUNDED) -> dic
     return dict(value)
 
 
-def _ends(data: bytes, where: str) -> dict[str, int]:
-    document = _load(data, where)
+def _ends(data: bytes, where: str, guarded: bool = False) -> dict[str, int]:
+    document = _load(data, where, guarded)
     if not isinstance(document, _Record) or document.origin != _METADATA:
         raise Failure(f"{where}: is not a DCP Metadata")
     storage = _fields(document, "its Metadata", where).get("storage_data")

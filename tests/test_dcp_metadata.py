@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -50,6 +51,15 @@ def test_every_cut_of_a_real_metadata_is_incomplete(real_save: Path) -> None:
     for cut in range(len(data)):
         with pytest.raises(Incomplete):
             storage_ends(data[:cut], "m")
+
+
+@pytest.mark.torch
+def test_a_real_save_reads_the_same_with_the_guarded_reader(real_save: Path) -> None:
+    data = (real_save / ".metadata").read_bytes()
+    assert dcp_metadata._ends(data, "m", guarded=True) == storage_ends(data, "m")
+    for cut in range(0, len(data), 7):
+        with pytest.raises(Incomplete):
+            dcp_metadata._ends(data[:cut], "m", guarded=True)
 
 
 @pytest.mark.torch
@@ -214,7 +224,8 @@ def _no_child_left() -> bool:
 
 def test_keys_that_collide_are_read_under_the_deadline() -> None:
     """Before, the parse ran in the process: about 20 s for these 40,000 keys, whatever the deadline, and
-    then the save was taken as whole.  Now the child is killed when the deadline passes."""
+    then the save was taken as whole.  Now the child is killed when the deadline passes (here before the
+    guarded reader's turn: the C reader's allowance for 560 KB is longer than this deadline)."""
     need(forked.available(), "os.fork is not available")
     data = colliding(40_000)
     with pytest.raises(
@@ -258,7 +269,7 @@ def test_a_small_metadata_is_read_in_the_process(monkeypatch: pytest.MonkeyPatch
 def test_a_child_that_dies_is_a_fault_naming_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
     need(forked.available(), "os.fork is not available")
 
-    def crash(data: bytes, where: str) -> dict[str, int]:
+    def crash(*_: object) -> dict[str, int]:
         os.abort()  # as a crash in C would end it (a signal the child cannot block)
 
     monkeypatch.setattr(dcp_metadata, "_ends", crash)
@@ -268,3 +279,88 @@ def test_a_child_that_dies_is_a_fault_naming_the_file(monkeypatch: pytest.Monkey
     ):
         storage_ends(data, "m", Deadline(60))
     assert _no_child_left()
+
+
+COLLIDING = (
+    "m: does not read as a DCP .metadata: an int of 2^61-1 or more as a dict key or set item (a DCP save holds "
+    "none; its hash could be made to collide)"
+)
+
+
+def test_keys_that_collide_are_refused_in_linear_time() -> None:
+    """Past the C reader's allowance the guarded reader reads the file again, refusing keys whose hash a
+    file can choose; before, the 40,000 keys took about 20 s and the save was taken as whole."""
+    need(forked.available(), "os.fork is not available")
+    data = colliding(40_000)
+    with pytest.raises(Failure) as e:
+        storage_ends(data, "m", Deadline(120))
+    assert str(e.value) == COLLIDING
+    with pytest.raises(Failure) as e:
+        dcp_metadata._ends(data, "m", guarded=True)
+    assert str(e.value) == COLLIDING
+    assert _no_child_left()
+
+
+def test_the_guarded_reader_falls_back_when_the_fast_one_is_slow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real .metadata the C reader does not finish in its allowance (a machine under load) still reads,
+    with the same answer, by the guarded reader."""
+    need(forked.available(), "os.fork is not available")
+    storage = {
+        f"w{i}": {"relative_path": f"__{i % 3}_0.distcp", "offset": i, "length": 1} for i in range(3000)
+    }
+    data = metadata(storage)
+    monkeypatch.setattr(dcp_metadata, "FAST_BASE", 0.0)
+    monkeypatch.setattr(dcp_metadata, "FAST_RATE", 10**12)  # an allowance of a microsecond or so
+    assert storage_ends(data, "m", Deadline(60)) == dcp_metadata._ends(data, "m")
+    assert _no_child_left()
+
+
+@pytest.mark.parametrize(
+    "key, refused",
+    [
+        ("text", None),
+        (b"bytes", None),
+        (7, None),
+        (-((1 << 61) - 2), None),
+        (1.5, None),
+        (None, None),
+        ((1 << 61) - 1, "an int of 2^61-1 or more"),
+        (-(1 << 64), "an int of 2^61-1 or more"),
+        ((1, 2), "a tuple"),
+        (frozenset({1}), "a frozenset"),
+    ],
+)
+def test_the_guarded_reader_takes_only_keys_whose_hash_a_file_cannot_choose(
+    key: object, refused: str | None
+) -> None:
+    doc = {"storage_data": {key: 1}}
+    for data in (
+        pickle.dumps(doc, protocol=4),
+        pickle.dumps(doc, protocol=5),
+        pickle.dumps({key}, protocol=5),
+    ):
+        if refused is None:
+            dcp_metadata._load(data, "m", guarded=True)
+        else:
+            with pytest.raises(
+                Failure,
+                match="^" + re.escape(f"m: does not read as a DCP .metadata: {refused} as a dict key"),
+            ):
+                dcp_metadata._load(data, "m", guarded=True)
+
+
+def test_the_guarded_reader_reads_as_the_fast_one_does() -> None:
+    """Same ends, same faults, same Incomplete for every cut, on the shapes the tests write."""
+    data = metadata(
+        {f"w{i}": {"relative_path": f"__{i % 3}_0.distcp", "offset": i, "length": 2} for i in range(50)}
+    )
+    assert dcp_metadata._ends(data, "m", guarded=True) == dcp_metadata._ends(data, "m")
+    for cut in range(len(data)):
+        with pytest.raises(Incomplete):
+            dcp_metadata._ends(data[:cut], "m", guarded=True)
+    for bad in (data + b"x", b"not a pickle", b"\x80\x04K\x01.", metadata({})):
+        with pytest.raises(Failure) as fast:
+            dcp_metadata._ends(bad, "m")
+        with pytest.raises(Failure) as slow:
+            dcp_metadata._ends(bad, "m", guarded=True)
+        assert type(fast.value) is type(slow.value)

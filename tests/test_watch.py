@@ -108,25 +108,24 @@ def test_dcp_publishes_when_metadata_appears(root: Path) -> None:
     assert w.stop()[0] == 0
 
 
-def test_dcp_metadata_slow_to_read_stops_watch_at_its_deadline(root: Path) -> None:
+def test_dcp_metadata_whose_keys_collide_stops_watch(root: Path) -> None:
     """Before, its dict of colliding keys was built inside one C call that held the interpreter for about
     20 s whatever -timeout said, and the save was then published as whole."""
     folder = root / "exec" / "A" / "step-1"
     folder.mkdir(parents=True)
     (folder / "f").write_bytes(b"\x01")
     (folder / ".metadata").write_bytes(dcp_shapes.colliding(40_000))
-    w = Watch(
-        "-checkpoint", str(root), "-framework", "dcp", "-interval", "100ms", "-timeout", "2s", "-attempt", "A"
-    )
+    w = Watch("-checkpoint", str(root), "-framework", "dcp", "-interval", "100ms", "-attempt", "A")
     try:
         code, err = w.finish(timeout=15)
     except subprocess.TimeoutExpired:
         w.proc.kill()
         w.finish()
-        pytest.fail("watch did not stop at its -timeout")
+        pytest.fail("watch did not stop")
     assert (code, err) == (
         1,
-        f"publish: {folder}/.metadata: timed out reading it as a DCP .metadata (the time given was 2s)\n",
+        f"publish: {folder}/.metadata: does not read as a DCP .metadata: an int of 2^61-1 or more as a dict key "
+        "or set item (a DCP save holds none; its hash could be made to collide)\n",
     )
     assert not (root / "pub").exists()
 
