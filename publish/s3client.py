@@ -52,7 +52,6 @@ BATCH = 1000
 REFUSED = frozenset(("ExpiredToken", "InvalidAccessKeyId"))
 #: What a conditional PUT hands back: 412 (already there), besides what the conditional policy adds.
 _CONDITIONAL = Policy(ok=frozenset((412,)), conditional=True)
-_MISSING_OK = Policy(ok=frozenset((404,)))
 
 __all__ = ["GET_LIMIT", "Listing", "S3Client"]
 
