@@ -43,6 +43,7 @@ def run(work: Callable[[], bytes], deadline: Deadline, limit: int) -> bytes:
     a child whose parent was killed.  :class:`TimedOut` or :class:`Died` otherwise; the child is reaped
     whatever happens, KeyboardInterrupt included."""
     import gc
+    import resource  # imported here, not in the child: the one file may unpack it on first import
     import select
     import signal
 
@@ -58,8 +59,6 @@ def run(work: Callable[[], bytes], deadline: Deadline, limit: int) -> bytes:
             signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
             gc.disable()  # short-lived, and ends with _exit: a collection would only copy pages it touches
             if left is not None:
-                import resource
-
                 seconds = int(left) + 1
                 resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
             view = memoryview(work())
