@@ -278,7 +278,10 @@ def _timed_out(where: str, deadline: Deadline) -> Failure:
 
 def _in_child(data: bytes, where: str, deadline: Deadline, guarded: bool) -> dict[str, int]:
     """:func:`_ends` in a forked child that ``deadline`` ends (forked.TimedOut)."""
+    import io  # noqa: F401 - what the reader imports, imported before the fork: the one file may unpack
     import marshal
+    import pickle  # noqa: F401 - an extension module on first import, and the child must write nothing
+    import struct  # noqa: F401
 
     from publish import forked
 
