@@ -16,6 +16,7 @@ from publish.deadline import Deadline
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 #: The child's exit status when ``work`` raised (the parent reports it; ``work`` encodes expected faults).
 RAISED = 70
@@ -59,8 +60,7 @@ def run(work: Callable[[], bytes], deadline: Deadline, limit: int) -> bytes:
             signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
             gc.disable()  # short-lived, and ends with _exit: a collection would only copy pages it touches
             if left is not None:
-                seconds = int(left) + 1
-                resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+                _cpu_limit(resource, int(left) + 1)
             view = memoryview(work())
             while view:
                 view = view[os.write(w, view) :]
@@ -98,6 +98,14 @@ def run(work: Callable[[], bytes], deadline: Deadline, limit: int) -> bytes:
     if os.WEXITSTATUS(status) != 0:
         raise Died(f"it ended with exit status {os.WEXITSTATUS(status)}")
     return b"".join(pieces)
+
+
+def _cpu_limit(resource: Any, seconds: int) -> None:
+    """At most ``seconds`` of CPU (SIGXCPU, blocked here, then SIGKILL a second later), within the hard
+    limit the process was given (a batch system may set one; it cannot be raised)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    top = seconds + 1 if hard == resource.RLIM_INFINITY else min(seconds + 1, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (min(seconds, top), top))
 
 
 def _kill(pid: int) -> None:

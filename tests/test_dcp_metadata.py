@@ -364,3 +364,22 @@ def test_the_guarded_reader_reads_as_the_fast_one_does() -> None:
         with pytest.raises(Failure) as slow:
             dcp_metadata._ends(bad, "m", guarded=True)
         assert type(fast.value) is type(slow.value)
+
+
+def test_a_hard_cpu_limit_below_the_deadline_is_kept(tmp_path: Path) -> None:
+    """A batch system may give the job a hard RLIMIT_CPU; the child cannot raise it, and before it tried:
+    setrlimit failed and the read with it."""
+    need(forked.available(), "os.fork is not available")
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_CPU, (3, 3))\n"
+        "from publish import dcp_metadata\n"
+        "from publish.dcp_metadata import storage_ends\n"
+        "dcp_metadata.FAST_BASE = 10.0  # the C reader's allowance: past the hard limit\n"
+        "from publish.deadline import Deadline\n"
+        "from tests.dcp_shapes import metadata\n"
+        "data = metadata({f'w{i}': {'relative_path': 'f', 'offset': i, 'length': 1} for i in range(3000)})\n"
+        "print(storage_ends(data, 'm', Deadline(3600)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "{'f': 3000}\n", "")
