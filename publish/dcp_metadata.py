@@ -35,6 +35,11 @@ IN_PROCESS = 16 * 1024
 #: guarded reader, linear whatever the file holds.  Either way the deadline bounds the whole.
 FAST_BASE = 0.5
 FAST_RATE = 1_000_000
+#: The child's address space beyond the process's: a real .metadata takes about 8 bytes of memory per byte
+#: of file to read (16 by the guarded reader); a file that needs more than this fails with MemoryError in the
+#: child, where it cannot take the node's memory from the training job beside it.
+MEMORY_PER_BYTE = 32
+MEMORY_BASE = 256 * 1024 * 1024
 
 #: Modules whose globals a DCP save's pickle may name (each becomes an inert record).
 _ALLOWED_ROOTS = ("torch",)
@@ -213,6 +218,13 @@ def _load(data: bytes, where: str, guarded: bool = False) -> object:
         if "truncated" in str(e):
             raise Incomplete from None
         raise Failure(f"{where}: does not read as a DCP .metadata: {e}") from None
+    except MemoryError:
+        need = (
+            f"more than {(MEMORY_PER_BYTE * len(data) + MEMORY_BASE) >> 20} MiB"
+            if len(data) > IN_PROCESS
+            else "more memory than there is"
+        )
+        raise Failure(f"{where}: needs {need} of memory to read: not read as a DCP .metadata") from None
     except (
         ValueError,
         TypeError,
@@ -220,7 +232,6 @@ def _load(data: bytes, where: str, guarded: bool = False) -> object:
         IndexError,
         AttributeError,
         OverflowError,
-        MemoryError,
         struct.error,
     ) as e:
         raise Failure(f"{where}: does not read as a DCP .metadata: {type(e).__name__}: {e}") from None
@@ -294,7 +305,8 @@ def _in_child(data: bytes, where: str, deadline: Deadline, guarded: bool) -> dic
             return marshal.dumps(("fault", str(e)))
 
     try:
-        kind, value = marshal.loads(forked.run(work, deadline, 4 * len(data) + 65536))
+        answer = forked.run(work, deadline, 4 * len(data) + 65536, MEMORY_PER_BYTE * len(data) + MEMORY_BASE)
+        kind, value = marshal.loads(answer)
     except forked.Died as e:
         raise Failure(f"{where}: its reader failed: {e}") from None
     if kind == "incomplete":

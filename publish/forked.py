@@ -36,8 +36,9 @@ def available() -> bool:
     return hasattr(os, "fork")
 
 
-def run(work: Callable[[], bytes], deadline: Deadline, limit: int) -> bytes:
-    """What ``work()`` returns, computed in a forked child: at most ``limit`` bytes, within ``deadline``.
+def run(work: Callable[[], bytes], deadline: Deadline, limit: int, memory: int | None = None) -> bytes:
+    """What ``work()`` returns, computed in a forked child: at most ``limit`` bytes, within ``deadline``, and
+    with at most ``memory`` bytes of address space beyond what the process had (MemoryError in ``work``).
 
     The child blocks every signal it can, so a signal meant for the command (a job's SIGTERM to the
     process group) is the parent's alone to act on; and a CPU limit of the time left (plus a second) ends
@@ -61,6 +62,8 @@ def run(work: Callable[[], bytes], deadline: Deadline, limit: int) -> bytes:
             gc.disable()  # short-lived, and ends with _exit: a collection would only copy pages it touches
             if left is not None:
                 _cpu_limit(resource, int(left) + 1)
+            if memory is not None:
+                _memory_limit(resource, memory)
             view = memoryview(work())
             while view:
                 view = view[os.write(w, view) :]
@@ -106,6 +109,18 @@ def _cpu_limit(resource: Any, seconds: int) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     top = seconds + 1 if hard == resource.RLIM_INFINITY else min(seconds + 1, hard)
     resource.setrlimit(resource.RLIMIT_CPU, (min(seconds, top), top))
+
+
+def _memory_limit(resource: Any, memory: int) -> None:
+    """Address space of what the process maps now plus ``memory``, within the hard limit it was given."""
+    try:
+        with open("/proc/self/statm", "rb") as f:  # the size of what is mapped, in pages
+            mapped = int(f.read(256).split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return  # not Linux, or no /proc: no cap beyond the deadline's
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = mapped + memory if hard == resource.RLIM_INFINITY else min(mapped + memory, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
 
 
 def _kill(pid: int) -> None:

@@ -383,3 +383,16 @@ def test_a_hard_cpu_limit_below_the_deadline_is_kept(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert (out.returncode, out.stdout, out.stderr) == (0, "{'f': 3000}\n", "")
+
+
+def test_a_metadata_that_needs_too_much_memory_fails_in_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, a .metadata of empty lists (32 bytes of memory for each byte of file) was built whole in the
+    process, beside the training job, however large it grew."""
+    need(forked.available(), "os.fork is not available")
+    monkeypatch.setattr(dcp_metadata, "MEMORY_PER_BYTE", 1)
+    monkeypatch.setattr(dcp_metadata, "MEMORY_BASE", 32 << 20)
+    data = b"\x80\x04]" + b"]a" * 4_000_000 + b"."  # 8 MB of file, about 256 MB of lists
+    with pytest.raises(Failure) as e:
+        storage_ends(data, "m", Deadline(120))
+    assert str(e.value) == "m: needs more than 39 MiB of memory to read: not read as a DCP .metadata"
+    assert _no_child_left()
