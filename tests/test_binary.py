@@ -9,6 +9,7 @@ form's tree (its zips, its lazy members); ./test deselects them for the PyInstal
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import signal
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import dcp_shapes
 from tests.binaries import (
     BIN,
     FOLDER,
@@ -105,7 +107,7 @@ def test_lazily_imported_modules_are_frozen(binary: Path) -> None:
     wanted = {
         "ssl", "http.client", "xml.etree.ElementTree", "email.parser", "email.message", "hashlib", "hmac",
         "secrets", "signal", "threading", "json", "base64", "urllib.parse", "socket", "selectors", "_ssl",
-        "_hashlib", "_publish_boot",
+        "_hashlib", "_publish_boot", "resource", "pickle",
     }  # fmt: skip
     assert wanted <= modules, wanted - modules
     package = {
@@ -150,6 +152,32 @@ def test_same_output_and_status_as_the_source(binary: Path, args: list[str], tmp
     )
     frozen = subprocess.run([str(binary), *args], capture_output=True, text=True, env=env_for(tmp_path))
     assert (frozen.returncode, frozen.stdout, frozen.stderr) == (src.returncode, src.stdout, src.stderr)
+
+
+def test_a_large_dcp_metadata_is_read_in_a_child_by_the_frozen_program(binary: Path, tmp_path: Path) -> None:
+    """Above 16 KiB a .metadata is read in a forked child (select, resource, marshal; the pure-Python
+    unpickler when the C one is slow): the frozen program must carry all of it.  status shows one whole
+    save and one refused whose dict keys collide."""
+    root = tmp_path / "root"
+    good, bad = root / "exec" / "A" / "step-1", root / "exec" / "A" / "step-2"
+    for folder in (good, bad):
+        folder.mkdir(parents=True)
+        (folder / "f").write_bytes(b"\x01" * 3000)
+    items = {f"w{i}": {"relative_path": "f", "offset": i, "length": 1} for i in range(3000)}
+    (good / ".metadata").write_bytes(dcp_shapes.metadata(items))
+    (bad / ".metadata").write_bytes(dcp_shapes.colliding(40_000))
+    r = subprocess.run(
+        [str(binary), "status", "-checkpoint", str(root), "-json"],
+        capture_output=True,
+        text=True,
+        env=env_for(tmp_path, HOME=str(tmp_path)),
+        timeout=120,
+    )
+    assert (r.returncode, r.stderr) == (0, ""), r
+    saves = {s["path"]: (s["framework"], s["state"], s["message"]) for s in json.loads(r.stdout)["saves"]}
+    assert saves["exec/A/step-1"] == ("dcp", "complete", "")
+    assert saves["exec/A/step-2"][:2] == ("dcp", "faulty")
+    assert "an int of 2^61-1 or more as a dict key or set item" in saves["exec/A/step-2"][2]
 
 
 def test_bare_chroot(jail: Chroot) -> None:
