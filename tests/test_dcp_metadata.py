@@ -214,15 +214,34 @@ def test_deep_nesting_is_no_internal_error() -> None:
 # --- a .metadata too large to read in the process is read in a forked child, under the deadline
 
 
-def _no_child_left() -> bool:
-    try:
-        os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
+@pytest.fixture
+def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pids of the children the reader forks while the test runs."""
+    pids: list[int] = []
+    fork = os.fork
+
+    def recording() -> int:
+        pid = fork()
+        if pid:
+            pids.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", recording)
+    return pids
 
 
-def test_keys_that_collide_are_read_under_the_deadline() -> None:
+def _reaped(pids: list[int]) -> bool:
+    """Every one of ``pids`` was forked and has been waited for (the suite's servers are children too)."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        return False
+    return bool(pids)
+
+
+def test_keys_that_collide_are_read_under_the_deadline(forks: list[int]) -> None:
     """Before, the parse ran in the process: about 20 s for these 40,000 keys, whatever the deadline, and
     then the save was taken as whole.  Now the child is killed when the deadline passes (here before the
     guarded reader's turn: the C reader's allowance for 560 KB is longer than this deadline)."""
@@ -232,10 +251,10 @@ def test_keys_that_collide_are_read_under_the_deadline() -> None:
         Failure, match=r"^m: timed out reading it as a DCP \.metadata \(the time given was 1s\)$"
     ):
         storage_ends(data, "m", Deadline(1))
-    assert _no_child_left()
+    assert _reaped(forks)
 
 
-def test_a_child_answers_as_the_process_does() -> None:
+def test_a_child_answers_as_the_process_does(forks: list[int]) -> None:
     """Above IN_PROCESS bytes the child reads it: the same ends, the same faults, the same Incomplete."""
     need(forked.available(), "os.fork is not available")
     storage = {
@@ -253,7 +272,7 @@ def test_a_child_answers_as_the_process_does() -> None:
     bad = metadata({**storage, "z": {"relative_path": "../x", "offset": 0, "length": 1}})
     with pytest.raises(Failure, match="relative_path '../x' is not a clean relative path"):
         storage_ends(bad, "m", Deadline(60))
-    assert _no_child_left()
+    assert _reaped(forks)
 
 
 def test_a_small_metadata_is_read_in_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -266,7 +285,9 @@ def test_a_small_metadata_is_read_in_the_process(monkeypatch: pytest.MonkeyPatch
     assert storage_ends(data, "m", Deadline(60)) == {"f": 1}
 
 
-def test_a_child_that_dies_is_a_fault_naming_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_child_that_dies_is_a_fault_naming_the_file(
+    monkeypatch: pytest.MonkeyPatch, forks: list[int]
+) -> None:
     need(forked.available(), "os.fork is not available")
 
     def crash(*_: object) -> dict[str, int]:
@@ -278,7 +299,7 @@ def test_a_child_that_dies_is_a_fault_naming_the_file(monkeypatch: pytest.Monkey
         Failure, match=f"^m: its reader failed: it was ended by signal {int(signal.SIGABRT)}$"
     ):
         storage_ends(data, "m", Deadline(60))
-    assert _no_child_left()
+    assert _reaped(forks)
 
 
 COLLIDING = (
@@ -287,7 +308,7 @@ COLLIDING = (
 )
 
 
-def test_keys_that_collide_are_refused_in_linear_time() -> None:
+def test_keys_that_collide_are_refused_in_linear_time(forks: list[int]) -> None:
     """Past the C reader's allowance the guarded reader reads the file again, refusing keys whose hash a
     file can choose; before, the 40,000 keys took about 20 s and the save was taken as whole."""
     need(forked.available(), "os.fork is not available")
@@ -298,10 +319,12 @@ def test_keys_that_collide_are_refused_in_linear_time() -> None:
     with pytest.raises(Failure) as e:
         dcp_metadata._ends(data, "m", guarded=True)
     assert str(e.value) == COLLIDING
-    assert _no_child_left()
+    assert _reaped(forks)
 
 
-def test_the_guarded_reader_falls_back_when_the_fast_one_is_slow(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_guarded_reader_falls_back_when_the_fast_one_is_slow(
+    monkeypatch: pytest.MonkeyPatch, forks: list[int]
+) -> None:
     """A real .metadata the C reader does not finish in its allowance (a machine under load) still reads,
     with the same answer, by the guarded reader."""
     need(forked.available(), "os.fork is not available")
@@ -312,7 +335,7 @@ def test_the_guarded_reader_falls_back_when_the_fast_one_is_slow(monkeypatch: py
     monkeypatch.setattr(dcp_metadata, "FAST_BASE", 0.0)
     monkeypatch.setattr(dcp_metadata, "FAST_RATE", 10**12)  # an allowance of a microsecond or so
     assert storage_ends(data, "m", Deadline(60)) == dcp_metadata._ends(data, "m")
-    assert _no_child_left()
+    assert _reaped(forks)
 
 
 @pytest.mark.parametrize(
@@ -385,7 +408,9 @@ def test_a_hard_cpu_limit_below_the_deadline_is_kept(tmp_path: Path) -> None:
     assert (out.returncode, out.stdout, out.stderr) == (0, "{'f': 3000}\n", "")
 
 
-def test_a_metadata_that_needs_too_much_memory_fails_in_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_metadata_that_needs_too_much_memory_fails_in_the_child(
+    monkeypatch: pytest.MonkeyPatch, forks: list[int]
+) -> None:
     """Before, a .metadata of empty lists (32 bytes of memory for each byte of file) was built whole in the
     process, beside the training job, however large it grew."""
     need(forked.available(), "os.fork is not available")
@@ -395,4 +420,4 @@ def test_a_metadata_that_needs_too_much_memory_fails_in_the_child(monkeypatch: p
     with pytest.raises(Failure) as e:
         storage_ends(data, "m", Deadline(120))
     assert str(e.value) == "m: needs more than 39 MiB of memory to read: not read as a DCP .metadata"
-    assert _no_child_left()
+    assert _reaped(forks)
