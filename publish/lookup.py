@@ -20,30 +20,53 @@ if TYPE_CHECKING:
 __all__ = ["addresses"]
 
 
+class _Lookup:
+    """One getaddrinfo on its own thread: ``done`` is released once ``outcome`` holds its answer or error."""
+
+    __slots__ = ("done", "outcome")
+
+    def __init__(self) -> None:
+        self.done = _thread.allocate_lock()
+        self.done.acquire()
+        self.outcome: list[Any] = []
+
+
+# The lookups still running, by (name, port): a caller whose deadline passed leaves its lookup here, and a
+# retry waits on that one instead of starting another thread that asks the same silent nameserver.
+_running: dict[tuple[bytes, int], _Lookup] = {}
+_guard = _thread.allocate_lock()
+
+
 def addresses(name: bytes, port: int, timeout: float | None, who: str) -> list[tuple[Any, ...]]:
     """getaddrinfo(name, port, SOCK_STREAM), waited for ``timeout`` seconds at most (None: as long as it
     takes).  No answer in time is :class:`Unreachable` naming ``who``; the lookup's own errors (gaierror) are
-    raised as they are."""
+    raised as they are.  A lookup of the same name and port still running from an earlier call is waited
+    for rather than started again."""
     if timeout is None:
         return _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM)
-    done = _thread.allocate_lock()
-    done.acquire()
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append(_socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM))
-        except BaseException as e:  # handed to the caller, who raises it
-            outcome.append(e)
-        finally:
-            done.release()
-
-    # Not waited for at exit (a _thread thread is as a daemon thread): one still asking a silent nameserver
-    # never holds the command up once the lookup was given up.
-    _thread.start_new_thread(run, ())
-    if not done.acquire(True, max(timeout, 0.0)):
+    key = (name, port)
+    with _guard:
+        lookup = _running.get(key)
+        if lookup is None:
+            lookup = _running[key] = _Lookup()
+            # Not waited for at exit (a _thread thread is as a daemon thread): one still asking a silent
+            # nameserver never holds the command up once the lookup was given up.
+            _thread.start_new_thread(_run, (key, lookup))
+    if not lookup.done.acquire(True, max(timeout, 0.0)):
         raise Unreachable(f"{who} does not answer: host name lookup timed out")
-    if isinstance(outcome[0], BaseException):
-        raise outcome[0]
-    result: list[tuple[Any, ...]] = outcome[0]
+    lookup.done.release()  # for any other caller waiting on the same lookup
+    if isinstance(lookup.outcome[0], BaseException):
+        raise lookup.outcome[0]
+    result: list[tuple[Any, ...]] = lookup.outcome[0]
     return result
+
+
+def _run(key: tuple[bytes, int], lookup: _Lookup) -> None:
+    try:
+        lookup.outcome.append(_socket.getaddrinfo(key[0], key[1], 0, _socket.SOCK_STREAM))
+    except BaseException as e:  # handed to the callers, who raise it
+        lookup.outcome.append(e)
+    finally:
+        with _guard:
+            del _running[key]
+        lookup.done.release()

@@ -282,6 +282,37 @@ def test_a_lookup_that_never_answers_fails_within_the_deadline(monkeypatch: pyte
     ]
 
 
+def test_a_retry_waits_on_the_lookup_still_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, each request given up on a silent nameserver left its lookup's thread behind, and the retry
+    started another; now a lookup of the same name still running is waited for, and its answer is used."""
+    released = threading.Event()
+    asked: list[bytes] = []
+
+    def slow(
+        host: bytes, port: int, family: int = 0, kind: int = 0, proto: int = 0, flags: int = 0
+    ) -> object:
+        asked.append(host)
+        released.wait(60)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+
+    monkeypatch.setattr(_socket, "getaddrinfo", slow)
+    for _ in range(3):
+        with pytest.raises(net.Unreachable, match="^w does not answer: host name lookup timed out$"):
+            lookup.addresses(b"s3.example.test", 443, 0.05, "w")
+    assert asked == [b"s3.example.test"]
+    timer = threading.Timer(0.2, released.set)
+    timer.start()
+    try:
+        got = lookup.addresses(b"s3.example.test", 443, 30, "w")
+    finally:
+        timer.cancel()
+        released.set()
+    assert got == [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 443))]
+    assert asked == [b"s3.example.test"]
+    assert lookup.addresses(b"s3.example.test", 443, 30, "w") == got  # done: a new lookup, answered at once
+    assert asked == [b"s3.example.test"] * 2
+
+
 def test_an_ip_address_is_not_looked_up(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     def no_lookup(*args: object) -> object:
         raise AssertionError("an IP address was looked up on a thread")
