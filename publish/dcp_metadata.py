@@ -264,8 +264,10 @@ def storage_ends(data: bytes, where: str, deadline: Deadline = UNBOUNDED) -> dic
     but a DCP Metadata naming at least one storage file, or when it is not read by ``deadline``."""
     from publish import forked
 
-    if len(data) <= IN_PROCESS or not forked.available():
+    if len(data) <= IN_PROCESS:
         return _ends(data, where)
+    if not forked.available():
+        return _ends(data, where, guarded=True)  # linear, though the deadline cannot stop it
     fast = Deadline(FAST_BASE + len(data) / FAST_RATE)
     left = deadline.left()
     if left is not None and left <= (fast.left() or 0):
@@ -275,11 +277,15 @@ def storage_ends(data: bytes, where: str, deadline: Deadline = UNBOUNDED) -> dic
     except forked.TimedOut:
         if fast is deadline:
             raise _timed_out(where, deadline) from None
+    except forked.Unavailable:  # at a process or descriptor limit: read here, linear, as without fork
+        return _ends(data, where, guarded=True)
     # Longer than the C reader takes on any real .metadata of this size: its dicts' keys may collide.
     try:
         return _in_child(data, where, deadline, guarded=True)
     except forked.TimedOut:
         raise _timed_out(where, deadline) from None
+    except forked.Unavailable:
+        return _ends(data, where, guarded=True)
 
 
 def _timed_out(where: str, deadline: Deadline) -> Failure:

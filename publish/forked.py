@@ -27,6 +27,10 @@ class TimedOut(Exception):
     """The deadline passed before the child answered; the child was killed."""
 
 
+class Unavailable(Exception):
+    """No child could be started (the pipe or the fork failed: a process or descriptor limit); nothing ran."""
+
+
 class Died(Exception):
     """The child ended without a whole answer: ``str()`` says how (a signal, an exit status, a long answer)."""
 
@@ -43,7 +47,7 @@ def run(work: Callable[[], bytes], deadline: Deadline, limit: int, memory: int |
     The child blocks every signal it can, so a signal meant for the command (a job's SIGTERM to the
     process group) is the parent's alone to act on; and a CPU limit of the time left (plus a second) ends
     a child whose parent was killed.  :class:`TimedOut` or :class:`Died` otherwise; the child is reaped
-    whatever happens, KeyboardInterrupt included."""
+    whatever happens, KeyboardInterrupt included; :class:`Unavailable` when no child could be started."""
     import gc
     import resource  # imported here, not in the child: the one file may unpack it on first import
     import select
@@ -52,8 +56,16 @@ def run(work: Callable[[], bytes], deadline: Deadline, limit: int, memory: int |
     left = deadline.left()
     if left is not None and left <= 0:
         raise TimedOut
-    r, w = os.pipe()
-    pid = os.fork()
+    try:
+        r, w = os.pipe()
+    except OSError as e:
+        raise Unavailable(e.strerror) from None
+    try:
+        pid = os.fork()
+    except OSError as e:
+        os.close(r)
+        os.close(w)
+        raise Unavailable(e.strerror) from None
     if pid == 0:  # pragma: no cover - the child; its answer is what the tests check
         status = RAISED
         try:

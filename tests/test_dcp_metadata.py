@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import re
@@ -421,3 +422,24 @@ def test_a_metadata_that_needs_too_much_memory_fails_in_the_child(
         storage_ends(data, "m", Deadline(120))
     assert str(e.value) == "m: needs more than 39 MiB of memory to read: not read as a DCP .metadata"
     assert _reaped(forks)
+
+
+@pytest.mark.parametrize("why", ["no fork", "fork fails"])
+def test_without_a_child_the_guarded_reader_reads_in_the_process(
+    monkeypatch: pytest.MonkeyPatch, why: str
+) -> None:
+    """At a process limit (fork fails with EAGAIN) or where there is no fork, the read is done here by the
+    guarded reader, linear whatever the file holds; before, a failed fork escaped as an OSError."""
+    if why == "no fork":
+        monkeypatch.setattr(forked, "available", lambda: False)
+    else:
+
+        def refuse() -> int:
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+        monkeypatch.setattr(os, "fork", refuse)
+    data = metadata({f"w{i}": {"relative_path": "f", "offset": i, "length": 1} for i in range(3000)})
+    assert storage_ends(data, "m", Deadline(60)) == {"f": 3000}
+    with pytest.raises(Failure) as e:
+        storage_ends(colliding(40_000), "m", Deadline(60))
+    assert str(e.value) == COLLIDING
