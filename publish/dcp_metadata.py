@@ -137,8 +137,8 @@ class _Exact:
 
 
 #: Hashes no pickle can make collide in numbers: str and bytes (randomised), an inert record (its identity),
-#: and ints below CPython's modulus (their own value; only -1 and -2 share one), floats (at most a few dozen
-#: per hash), bools and None.  A tuple or frozenset key hashes from its items, which a file can choose to
+#: and ints below CPython's modulus (their own value; only -1 and -2 share one), floats other than NaN (at
+#: most a few dozen per hash), bools and None.  A tuple or frozenset key hashes from its items, which a file can choose to
 #: collide; an int past the modulus hashes to its remainder.
 _P61 = (1 << 61) - 1
 
@@ -147,7 +147,9 @@ def _plain_key(key: object) -> bool:
     kind = type(key)
     if kind is int:
         return -_P61 < key < _P61  # type: ignore[operator]
-    return kind in (str, bytes, float, bool, type(None)) or isinstance(key, _Record)
+    if kind is float:
+        return key == key  # a NaN: before Python 3.10 every NaN hashed to 0, and no two are equal
+    return kind in (str, bytes, bool, type(None)) or isinstance(key, _Record)
 
 
 def _guarded(base: type[Any], where: str) -> dict[int, Any]:
@@ -157,7 +159,13 @@ def _guarded(base: type[Any], where: str) -> dict[int, Any]:
     def check(items: list[object], step: int) -> None:
         for item in items[::step]:
             if not _plain_key(item):
-                what = "an int of 2^61-1 or more" if type(item) is int else f"a {type(item).__name__}"
+                what = (
+                    "an int of 2^61-1 or more"
+                    if type(item) is int
+                    else "a NaN"
+                    if type(item) is float
+                    else f"a {type(item).__name__}"
+                )
                 raise Failure(
                     f"{where}: does not read as a DCP .metadata: {what} as a dict key or set item (a DCP save "
                     "holds none; its hash could be made to collide)"

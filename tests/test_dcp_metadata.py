@@ -352,6 +352,8 @@ def test_the_guarded_reader_falls_back_when_the_fast_one_is_slow(
         (-(1 << 64), "an int of 2^61-1 or more"),
         ((1, 2), "a tuple"),
         (frozenset({1}), "a frozenset"),
+        (float("nan"), "a NaN"),
+        (float("inf"), None),
     ],
 )
 def test_the_guarded_reader_takes_only_keys_whose_hash_a_file_cannot_choose(
