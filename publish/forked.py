@@ -56,6 +56,7 @@ def run(work: Callable[[], bytes], deadline: Deadline, limit: int, memory: int |
     left = deadline.left()
     if left is not None and left <= 0:
         raise TimedOut
+    space = _address_limit(resource, memory) if memory is not None else None
     try:
         r, w = os.pipe()
     except OSError as e:
@@ -74,8 +75,8 @@ def run(work: Callable[[], bytes], deadline: Deadline, limit: int, memory: int |
             gc.disable()  # short-lived, and ends with _exit: a collection would only copy pages it touches
             if left is not None:
                 _cpu_limit(resource, int(left) + 1)
-            if memory is not None:
-                _memory_limit(resource, memory)
+            if space is not None:
+                resource.setrlimit(resource.RLIMIT_AS, space)
             view = memoryview(work())
             while view:
                 view = view[os.write(w, view) :]
@@ -123,16 +124,16 @@ def _cpu_limit(resource: Any, seconds: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (min(seconds, top), top))
 
 
-def _memory_limit(resource: Any, memory: int) -> None:
-    """Address space of what the process maps now plus ``memory``, within the hard limit it was given."""
+def _address_limit(resource: Any, memory: int) -> tuple[int, int] | None:
+    """The RLIMIT_AS that allows what the process maps now plus ``memory`` (within the hard limit it was
+    given), read before the fork so the child reads no file; None without /proc."""
     try:
         with open("/proc/self/statm", "rb") as f:  # the size of what is mapped, in pages
             mapped = int(f.read(256).split()[0]) * resource.getpagesize()
     except (OSError, ValueError, IndexError):
-        return  # not Linux, or no /proc: no cap beyond the deadline's
+        return None  # not Linux, or no /proc: no cap beyond the deadline's
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = mapped + memory if hard == resource.RLIM_INFINITY else min(mapped + memory, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    return (mapped + memory if hard == resource.RLIM_INFINITY else min(mapped + memory, hard), hard)
 
 
 def _kill(pid: int) -> None:
