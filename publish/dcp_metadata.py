@@ -112,7 +112,6 @@ class _Exact:
         import io
 
         self._io = io.BytesIO(data)
-        self.size = len(data)
 
     def tell(self) -> int:
         return self._io.tell()
@@ -138,8 +137,8 @@ class _Exact:
 
 #: Hashes no pickle can make collide in numbers: str and bytes (randomised), an inert record (its identity),
 #: and ints below CPython's modulus (their own value; only -1 and -2 share one), floats other than NaN (at
-#: most a few dozen per hash), bools and None.  A tuple or frozenset key hashes from its items, which a file can choose to
-#: collide; an int past the modulus hashes to its remainder.
+#: most a few dozen per hash), bools and None.  A tuple or frozenset key hashes from its items, which a file
+#: can choose to collide; an int past the modulus hashes to its remainder.
 _P61 = (1 << 61) - 1
 
 
