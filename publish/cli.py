@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from publish.verbs.watch import Stop
 
 #: The verbs in the order ``publish help`` lists them; each is the module publish.verbs.<verb>.
-VERBS = ("resolve", "watch", "publish", "prune", "status", "probe", "run")
+VERBS = ("resolve", "watch", "publish", "prune", "status", "probe", "run", "init")
 _OWN = {"version": "print the version", "help": "print this list"}
 
 
@@ -52,10 +52,14 @@ def main(
     *,
     cwd: str | None = None,
     stop: Stop | None = None,
+    keep_traps: bool = False,
 ) -> int:
     """Run one command line (without the program name) and return its exit status.
 
     ``stop`` ends a watch as SIGTERM does; when None and this is the main thread, SIGTERM and SIGINT set it.
+    ``keep_traps`` (the process is about to exit with the status returned): the signals trapped stay
+    caught, then blocked, rather than restored, so a signal arriving after the work is done cannot change
+    the exit status.
     """
 
     def out(line: str) -> None:
@@ -122,7 +126,10 @@ def main(
         return 1
     finally:
         if restore:
-            restore()
+            if keep_traps:
+                _block_all()
+            else:
+                restore()
     return code
 
 
@@ -130,6 +137,14 @@ def _main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
+
+
+def _block_all() -> None:
+    """Block every signal that can be blocked: one arriving from now until the process exits stays pending,
+    so the exit status is the one returned (the interpreter puts back the default handlers as it ends)."""
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
 
 
 def _trap(trap: Trap) -> Callable[[], None]:
@@ -159,6 +174,6 @@ def run() -> int:
         if reconfigure is not None:
             reconfigure(errors="surrogateescape")
     try:
-        return main(sys.argv[1:], os.environ, sys.stdout, sys.stderr)
+        return main(sys.argv[1:], os.environ, sys.stdout, sys.stderr, keep_traps=True)
     except BrokenPipeError:
         return 1

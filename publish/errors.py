@@ -83,3 +83,30 @@ class StoreError(Failure):
             limit=self.limit,
             step=step,
         )
+
+
+class FileError(StoreError):
+    """An OSError met on a POSIX root, as a store error: ``path`` (the location) and ``errno``.
+
+    Its message is ``<path>: <strerror>`` (with ``detail`` in between when given), as POSIX faults have
+    always been shown.  ``unexaminable`` is true for a file the process may not or cannot look at."""
+
+    def __init__(self, path: str, error: OSError, detail: str = "") -> None:
+        why = error.strerror or str(error)
+        text = f"{path}: {detail + ': ' if detail else ''}{why}"
+        Failure.__init__(self, text)
+        self.detail = why
+        self.op = ""
+        self.thing = path
+        self.code = ""
+        self.status = 0
+        self.size = None
+        self.limit = None
+        self.step = ""
+        self.errno = error.errno or 0
+
+    @property
+    def unexaminable(self) -> bool:
+        import errno as _errno
+
+        return self.errno in (_errno.EPERM, _errno.EACCES, _errno.ENAMETOOLONG, _errno.ELOOP)

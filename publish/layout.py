@@ -21,6 +21,8 @@ S3_KEY_MAX = 1024
 PUB = "pub"
 EXEC = "exec"
 TOMB = "tomb"
+#: The object ``publish init`` puts directly under an S3 root's prefix, so a new root holds something.
+ROOT_OBJECT = ".publish-root"
 
 _BASE32 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
 _BASE32_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
@@ -81,6 +83,26 @@ def clean_relative(path: str) -> bool:
     return "\0" not in path and _UNCLEAN.isdisjoint(path.split("/"))
 
 
+def reserved(path: str) -> str:
+    """Why the clean relative ``path`` can never be a save, or ``""``: pub/ and tomb/ and everything in them,
+    exec/ itself, and the root's own object.  (The root itself is no relative path at all.)"""
+    first = path.partition("/")[0]
+    if first in (PUB, TOMB):
+        return f"{first}/ holds the root's own records" if first == path else f"it lies in {first}/"
+    if path == EXEC:
+        return f"{EXEC}/ holds every attempt's saves"
+    if path == ROOT_OBJECT:
+        return "it marks the root itself"
+    return ""
+
+
+# The reserved paths as all_canonical looks for them in paths joined by NUL: one ``in`` each, in C.
+_RESERVED_MARKS = tuple(f"\0{head}{tail}" for head in (PUB, TOMB) for tail in ("\0", "/")) + (
+    f"\0{EXEC}\0",
+    f"\0{ROOT_OBJECT}\0",
+)
+
+
 def name(epoch: int, step: int, path: str) -> str:
     """The entry name for a save at ``path`` (relative to the root)."""
     if not 0 <= epoch < LIMIT or not 0 <= step < LIMIT:
@@ -123,6 +145,9 @@ def _decode(encoded: str) -> str:
         raise ValueError("path is not UTF-8") from None
     if not clean_relative(path):
         raise ValueError(f"path {quoted(path)} is not a clean relative path")
+    why = reserved(path)
+    if why:
+        raise ValueError(f"it names {quoted(path)}, which is never a save: {why}")
     return path
 
 
@@ -180,7 +205,10 @@ def all_canonical(names: list[str]) -> bool:
     if paths.count("\0") != count - 1:  # a path holds a NUL
         return False
     elements = "/" + paths.replace("\0", "/") + "/"  # every path's elements, each between two '/'
-    return "//" not in elements and "/./" not in elements and "/../" not in elements
+    if "//" in elements or "/./" in elements or "/../" in elements:
+        return False
+    framed = "\0" + paths + "\0"  # each path between two NULs
+    return not any(mark in framed for mark in _RESERVED_MARKS)
 
 
 def latest_of(names: list[str], where: str) -> Entry | None:

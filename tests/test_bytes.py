@@ -27,7 +27,10 @@ def test_a_root_that_is_not_utf8_is_named_by_its_own_bytes(tmp_path: Path) -> No
     missing = os.fsencode(tmp_path) + b"/ckpt\xfe"
     r = run_bytes(b"resolve", b"-checkpoint", missing)
     assert r.returncode == 1
-    assert r.stderr == b"publish: checkpoint root " + missing + b" does not exist\n"
+    assert r.stderr == (
+        b"publish: checkpoint root " + missing + b" does not exist; for a new run, make it first: "
+        b"publish init -checkpoint " + missing + b"\n"
+    )
 
 
 def test_resolve_prints_a_root_that_is_not_utf8_so_that_it_names_the_same_folder(tmp_path: Path) -> None:

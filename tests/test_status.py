@@ -53,6 +53,7 @@ def expected(root: str, keep: int | None) -> dict[str, Any]:
             "location": loc(path),
             "framework": framework,
             "step": step,
+            "step_decimal": str(step),
             "state": state,
             "message": message,
         }
@@ -62,6 +63,8 @@ def expected(root: str, keep: int | None) -> dict[str, Any]:
             "entry": layout.name(e, s, p),
             "epoch": e,
             "step": s,
+            "epoch_decimal": str(e),
+            "step_decimal": str(s),
             "path": p,
             "location": loc(p),
             "exists": p != "exec/gone/checkpoint-8",

@@ -39,6 +39,12 @@ class Framework:
         step = int(text)
         return step if step < LIMIT else None
 
+    def unpublishable(self, name: str) -> str:
+        """Why a child of SAVES named ``name``, recognised as this framework's save, can never be published
+        (and what to change), or ``""``: said once on stderr by watch and run."""
+        rule = getattr(self._rules, "unpublishable", None)
+        return str(rule(name)) if rule is not None else ""
+
     def complete(
         self, dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None] | None = None
     ) -> bool:

@@ -43,6 +43,17 @@ def step_of(name: str) -> str:
     return found
 
 
+def unpublishable(name: str) -> str:
+    """A ``.ckpt`` whose name holds no single ``step=<N>`` (``ModelCheckpoint(filename="{epoch}")``); not
+    ``last.ckpt`` and its versions, which are copies of a save, never saves of their own."""
+    if not name.endswith(SUFFIX) or name.startswith("last") or step_of(name):
+        return ""
+    return (
+        "a Lightning checkpoint whose name holds no single step=<N>: it is never published; put {step} in "
+        "ModelCheckpoint's filename (its default, {epoch}-{step}, has it)"
+    )
+
+
 def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
     from publish import ziptail
 

@@ -61,6 +61,20 @@ class Store(Protocol):
         they exist, be real directories (not links).  S3 sends nothing."""
         ...
 
+    def check_exists(self, dl: Deadline) -> None:
+        """Fail (naming the root, and what to run for a new one) unless the root exists.  POSIX: check_root
+        has checked it already (nothing more is done).  S3: one LIST of ``PREFIX/`` with max-keys=1; a root
+        holding no object at all is missing.  The verbs call it only when pub/ is empty, so a root in use
+        costs nothing more."""
+        ...
+
+    def create_root(self, dl: Deadline) -> bool:
+        """Make a new, empty root; True when this call made it, False when it was there already.
+
+        POSIX: the directory and its missing parents.  S3: when no object is under ``PREFIX/``, an empty
+        object ``PREFIX/<layout.ROOT_OBJECT>`` put with ``If-None-Match: *``."""
+        ...
+
     # -- entry operations: the only methods that know pub/ and tomb/ (publish.layout names them)
 
     def list_entries(self, dl: Deadline) -> list[str]:
@@ -129,10 +143,14 @@ class Store(Protocol):
         there is no such regular file.  POSIX opens it with O_NOFOLLOW|O_NONBLOCK.  S3: a ranged GET."""
         ...
 
-    def list_folders(self, dl: Deadline, path: str) -> list[str]:
+    def list_folders(
+        self, dl: Deadline, path: str, unexamined: list[tuple[str, str]] | None = None
+    ) -> list[str]:
         """Names of the direct child folders of ``path``; a missing ``path`` has none.
 
-        POSIX: subdirectories (a symbolic link to a directory counts, as the framework would follow it).
+        POSIX: subdirectories (a symbolic link to a directory counts, as the framework would follow it); a
+        child that cannot be examined (a link loop, a name too long, a permission) is left out, and
+        appended to ``unexamined`` as (name, why) when that is given.
         S3: the common prefixes of a LIST of ``path/`` delimited by ``/``.
         """
         ...

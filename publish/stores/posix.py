@@ -12,11 +12,12 @@ import stat
 
 from publish import fsops
 from publish.deadline import Deadline
-from publish.errors import Failure
+from publish.errors import Failure, FileError
 from publish.layout import EXEC, POSIX_NAME_MAX, PUB, TOMB
+from publish.redact import shown
 from publish.stores.base import Removal
 from publish.stores.posix_files import PosixFiles
-from publish.stores.posix_root import _O_CLOEXEC, _O_NOFOLLOW, _entry_kind, why
+from publish.stores.posix_root import _O_CLOEXEC, _O_NOFOLLOW, _entry_kind
 
 
 class PosixStore(PosixFiles):
@@ -31,11 +32,43 @@ class PosixStore(PosixFiles):
                 try:
                     st = fsops.lstat_at(fd, name)
                 except OSError as e:
-                    raise Failure(f"{self._full(name)}: {why(e)}") from None
+                    raise FileError(self._full(name), e) from None
                 if st is not None and not stat.S_ISDIR(st.st_mode):
                     raise self._not_a_directory(name, st)
         finally:
             os.close(fd)
+
+    def check_exists(self, dl: Deadline) -> None:
+        pass  # check_root opened the root: a missing one failed there
+
+    def create_root(self, dl: Deadline) -> bool:
+        try:
+            fd = os.open(self.root, os.O_RDONLY | fsops.O_DIRECTORY | _O_CLOEXEC)
+        except FileNotFoundError:
+            pass
+        except NotADirectoryError:
+            raise Failure(f"checkpoint root {shown(self.root)} is not a directory") from None
+        except OSError as e:
+            raise FileError(f"checkpoint root {shown(self.root)}", e) from None
+        else:
+            os.close(fd)
+            return False
+        try:
+            os.makedirs(self.root)
+        except FileExistsError:
+            return False  # made meanwhile by another init
+        except OSError as e:
+            raise FileError(f"checkpoint root {shown(self.root)}", e, "could not make it") from None
+        parent = os.path.dirname(self.root.rstrip("/")) or "/"
+        try:  # durable where the filesystem allows
+            fd = os.open(parent, os.O_RDONLY | fsops.O_DIRECTORY | _O_CLOEXEC)
+            try:
+                fsops.fsync_fd(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+        return True
 
     def list_entries(self, dl: Deadline) -> list[str]:
         """Every name in pub/; a child that is not a regular file is refused, naming it.
@@ -62,7 +95,7 @@ class PosixStore(PosixFiles):
                 raise Failure(f"{pub}/{first.name}: not a publication entry ({_entry_kind(first)})")
             return names
         except OSError as e:
-            raise Failure(f"{pub}: {why(e)}") from None
+            raise FileError(pub, e) from None
         finally:
             os.close(fd)
 
@@ -86,7 +119,7 @@ class PosixStore(PosixFiles):
         except FileExistsError:
             return False
         except OSError as e:
-            raise Failure(f"{path}: {why(e)}") from None
+            raise FileError(path, e) from None
         try:
             os.fsync(fd)
         finally:
@@ -116,7 +149,7 @@ class PosixStore(PosixFiles):
             except FileNotFoundError:
                 pass
             except OSError as e:
-                raise Failure(f"{self._full(where)}/{name}: {why(e)}") from None
+                raise FileError(f"{self._full(where)}/{name}", e) from None
         if names:
             fsops.fsync_fd(fd)
 
@@ -137,7 +170,7 @@ class PosixStore(PosixFiles):
                     where = self._full(
                         rel + ("/" + e.filename if isinstance(e.filename, str) and e.filename else "")
                     )
-                    raise Failure(f"{where}: could not remove: {why(e)}") from None
+                    raise FileError(where, e, "could not remove") from None
                 if result is not None:
                     return result
             raise AssertionError("unreachable")
@@ -191,7 +224,7 @@ class PosixStore(PosixFiles):
                 except FileExistsError:
                     continue
                 except OSError as e:
-                    raise Failure(f"{self._full(name)}: {why(e)}") from None
+                    raise FileError(self._full(name), e) from None
                 fsops.fsync_fd(root)
             raise Failure(vanished)
         finally:
@@ -212,7 +245,7 @@ class PosixStore(PosixFiles):
         try:
             return os.listdir(fd)
         except OSError as e:
-            raise Failure(f"{self._full(TOMB)}: {why(e)}") from None
+            raise FileError(self._full(TOMB), e) from None
         finally:
             os.close(fd)
 
@@ -231,13 +264,10 @@ class PosixStore(PosixFiles):
                     )
                 except FileExistsError:
                     continue
-                try:
-                    os.fsync(f)
-                finally:
-                    os.close(f)
+                os.close(f)  # empty: the one fsync of tomb/ below makes every new name durable
             fsops.fsync_fd(fd)
         except OSError as e:
-            raise Failure(f"{self._full(TOMB)}: {why(e)}") from None
+            raise FileError(self._full(TOMB), e) from None
         finally:
             os.close(fd)
 

@@ -8,9 +8,20 @@ import stat
 
 from publish import fsops
 from publish.deadline import Deadline
-from publish.errors import Failure
+from publish.errors import Failure, FileError
 from publish.fileio import read_at_most
 from publish.stores.posix_root import _MARKER_FLAGS, RANGE_LIMIT, PosixRoot, kind, why
+
+
+def _is_dir(entry: os.DirEntry[str], unexamined: list[tuple[str, str]] | None) -> bool:
+    """True when ``entry`` is a directory, or a link to one; a child that cannot be examined (a link loop, a
+    name too long, a permission) is not, and is appended to ``unexamined`` with why."""
+    try:
+        return entry.is_dir()
+    except OSError as e:
+        if unexamined is not None:
+            unexamined.append((entry.name, why(e)))
+        return False
 
 
 class PosixFiles(PosixRoot):
@@ -19,7 +30,9 @@ class PosixFiles(PosixRoot):
     def holds(self, dl: Deadline, path: str) -> bool:
         return self._lstat(path) is not None
 
-    def list_folders(self, dl: Deadline, path: str) -> list[str]:
+    def list_folders(
+        self, dl: Deadline, path: str, unexamined: list[tuple[str, str]] | None = None
+    ) -> list[str]:
         full = self._full(path)
         root_fd = self._open_root()
         try:
@@ -29,14 +42,14 @@ class PosixFiles(PosixRoot):
         except NotADirectoryError:
             raise Failure(f"{full} is not a directory") from None
         except OSError as e:
-            raise Failure(f"{full}: {why(e)}") from None
+            raise FileError(full, e) from None
         finally:
             os.close(root_fd)
         try:
             with os.scandir(fd) as it:
-                return [e.name for e in it if e.is_dir()]
+                return [e.name for e in it if _is_dir(e, unexamined)]
         except OSError as e:
-            raise Failure(f"{full}: {why(e)}") from None
+            raise FileError(full, e) from None
         finally:
             os.close(fd)
 
@@ -51,7 +64,7 @@ class PosixFiles(PosixRoot):
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:
-            raise Failure(f"{full}: {why(e)}") from None
+            raise FileError(full, e) from None
         finally:
             os.close(root_fd)
         try:
@@ -65,7 +78,7 @@ class PosixFiles(PosixRoot):
         except OSError as e:
             if e.errno == errno.ELOOP:  # swapped for a link after the lstat
                 raise Failure(f"{full} is a symbolic link, not a regular file") from None
-            raise Failure(f"{full}: {why(e)}") from None
+            raise FileError(full, e) from None
         finally:
             os.close(dir_fd)
         try:
@@ -75,7 +88,7 @@ class PosixFiles(PosixRoot):
                 raise Failure(f"{full} is over {limit} bytes")
             return data
         except OSError as e:
-            raise Failure(f"{full}: {why(e)}") from None
+            raise FileError(full, e) from None
         finally:
             os.close(fd)
 
@@ -98,7 +111,7 @@ class PosixFiles(PosixRoot):
             with os.scandir(fd) as it:
                 return [e.name for e in it if e.is_file(follow_symlinks=False)]
         except OSError as e:
-            raise Failure(f"{self._full(path)}: {why(e)}") from None
+            raise FileError(self._full(path), e) from None
         finally:
             os.close(fd)
 
@@ -134,7 +147,7 @@ class PosixFiles(PosixRoot):
                 finally:
                     os.close(fd)
         except OSError as e:
-            raise Failure(f"{self._full(path)}: {why(e)}") from None
+            raise FileError(self._full(path), e) from None
         finally:
             os.close(top)
         return found
@@ -160,7 +173,7 @@ class PosixFiles(PosixRoot):
         except OSError as e:
             if e.errno == errno.ELOOP:
                 return None
-            raise Failure(f"{full}: {why(e)}") from None
+            raise FileError(full, e) from None
         finally:
             os.close(dir_fd)
         try:
@@ -175,6 +188,6 @@ class PosixFiles(PosixRoot):
                 got += len(chunk)
             return b"".join(chunks)
         except OSError as e:
-            raise Failure(f"{full}: {why(e)}") from None
+            raise FileError(full, e) from None
         finally:
             os.close(fd)

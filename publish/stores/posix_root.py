@@ -8,7 +8,7 @@ import os
 import stat
 
 from publish import fsops
-from publish.errors import Failure
+from publish.errors import Failure, FileError
 from publish.layout import EXEC, PUB
 from publish.redact import shown
 
@@ -66,11 +66,14 @@ class PosixRoot:
         try:
             return os.open(self.root, _ROOT_FLAGS)
         except FileNotFoundError:
-            raise Failure(f"checkpoint root {shown(self.root)} does not exist") from None
+            raise Failure(
+                f"checkpoint root {shown(self.root)} does not exist; for a new run, make it first: "
+                f"publish init -checkpoint {shown(self.root)}"
+            ) from None
         except NotADirectoryError:
             raise Failure(f"checkpoint root {self.root} is not a directory") from None
         except OSError as e:
-            raise Failure(f"checkpoint root {self.root}: {why(e)}") from None
+            raise FileError(f"checkpoint root {shown(self.root)}", e) from None
 
     def _not_a_directory(self, name: str, st: os.stat_result) -> Failure:
         what = "is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a directory"
@@ -85,7 +88,7 @@ class PosixRoot:
                 return None
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise Failure(f"{self._full(name)}: {why(e)}") from None
+                    raise FileError(self._full(name), e) from None
             st = fsops.lstat_at(root_fd, name)
             if st is None:
                 return None
@@ -125,7 +128,7 @@ class PosixRoot:
             finally:
                 os.close(fd)
         except OSError as e:
-            raise Failure(f"{self._full(path)}: {why(e)}") from None
+            raise FileError(self._full(path), e) from None
         finally:
             os.close(root_fd)
 
@@ -137,7 +140,7 @@ class PosixRoot:
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:
-            raise Failure(f"{self._full(path)}: {why(e)}") from None
+            raise FileError(self._full(path), e) from None
         finally:
             os.close(root_fd)
 

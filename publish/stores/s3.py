@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from publish.errors import Failure, StoreError
-from publish.layout import PUB, S3_KEY_MAX, TOMB
+from publish.layout import PUB, ROOT_OBJECT, S3_KEY_MAX, TOMB
+from publish.redact import shown
 from publish.s3client import S3Client
 from publish.stores.base import Removal
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 #: The name of the probe object, directly under PREFIX (beside pub/), followed by random hex.
 PROBE_NAME = ".publish-probe-"
+#: What ``publish init`` writes into the root's own object (layout.ROOT_OBJECT).
+ROOT_BODY = b"publish checkpoint root\n"
 
 
 class S3Store:
@@ -65,6 +68,23 @@ class S3Store:
     def check_root(self, dl: Deadline) -> None:
         pass
 
+    def _holds_anything(self, dl: Deadline) -> bool:
+        prefix = self.key("")  # PREFIX/, or "" for a whole bucket
+        first = self.client.list(prefix, max_keys=1, pages=1, deadline=dl)
+        return bool(first.keys or first.prefixes or first.truncated)
+
+    def check_exists(self, dl: Deadline) -> None:
+        if not self._holds_anything(dl):
+            raise Failure(
+                f"checkpoint root {shown(self.root)} does not exist: it holds no object (a typo in the prefix?); "
+                f"for a new run, make it first: publish init -checkpoint {shown(self.root)} -creds ..."
+            )
+
+    def create_root(self, dl: Deadline) -> bool:
+        if self._holds_anything(dl):
+            return False
+        return self.client.put_if_absent(self.key(ROOT_OBJECT), ROOT_BODY, deadline=dl)
+
     def list_entries(self, dl: Deadline) -> list[str]:
         pub = self.key(PUB) + "/"
         listing = self.client.list(pub, deadline=dl)  # the client refuses a key outside pub/
@@ -100,7 +120,9 @@ class S3Store:
             return True
         return self.client.head(key, deadline=dl) is not None
 
-    def list_folders(self, dl: Deadline, path: str) -> list[str]:
+    def list_folders(
+        self, dl: Deadline, path: str, unexamined: list[tuple[str, str]] | None = None
+    ) -> list[str]:
         folder = self.key(path) + "/"
         listing = self.client.list(
             folder, "/", deadline=dl

@@ -15,6 +15,9 @@ from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
 
+#: How many finished tombstones are dropped at once (one fsync of tomb/ on POSIX).
+TOMB_BATCH = 512
+
 
 def split(entries: list[layout.Entry], keep: int) -> tuple[list[layout.Entry], list[layout.Entry]]:
     """The entries to remove (oldest first) and the latest ``keep`` (at least one) that stay."""
@@ -70,6 +73,8 @@ def read_schedule(dl: Deadline, store: Store, keep: int) -> Schedule:
     store.check_root(dl)
     entries = layout.parse_all(store.list_entries(dl), store.location(PUB))
     tombs = layout.parse_tombs(store.list_tombs(dl), store.location(TOMB))
+    if not entries and not tombs:
+        store.check_exists(dl)
     return Schedule(entries, tombs, keep)
 
 
@@ -92,17 +97,27 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int, dry_run: bool = False
         # Entries first: a crash never leaves one naming a missing save.
         store.remove_entries(dl, [e.name for e in sched.gone])
     store.remove_tombs(dl, [layout.tomb_name(f) for f in sched.stale])
-    for folder in sched.removals():
-        result = store.remove_folder(dl, folder)
-        if result.link:
-            say.warn(
-                f"prune: left {shown(store.location(folder))} in place: {shown(store.location(result.link))} is a symbolic link"
-            )
-        elif result.removed:
-            say.out(f"removed {shown(store.location(folder))}")
-        store.remove_tombs(
-            dl, [layout.tomb_name(folder)]
-        )  # after its folder: a crash before leaves it to finish
+    finished: list[str] = []  # tombstones whose folder is gone: dropped a batch at a time, after it
+    try:
+        for folder in sched.removals():
+            if layout.reserved(folder):  # never: entries and tombstones naming one do not parse
+                raise AssertionError(f"prune planned to remove the reserved {folder!r}")
+            result = store.remove_folder(dl, folder)
+            if result.link:
+                say.warn(
+                    f"prune: left {shown(store.location(folder))} in place: {shown(store.location(result.link))} is a symbolic link"
+                )
+            elif result.removed:
+                say.out(f"removed {shown(store.location(folder))}")
+            finished.append(layout.tomb_name(folder))
+            if len(finished) >= TOMB_BATCH:
+                store.remove_tombs(dl, finished)
+                finished = []
+    finally:
+        # A tombstone outlives its folder by at most a batch: a crash before this leaves it for the next
+        # prune, which finds the folder gone and drops it.
+        if finished:
+            store.remove_tombs(dl, finished)
 
 
 def would_remove(dl: Deadline, store: Store, sched: Schedule) -> list[str]:

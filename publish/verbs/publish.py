@@ -27,11 +27,34 @@ def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, p
     return False
 
 
+def refuse_reserved(store: Store, path: str, what: str) -> None:
+    """Failure naming ``path`` when it is one of the root's own folders (or lies in pub/ or tomb/)."""
+    why = layout.reserved(path)
+    if why:
+        raise Failure(f"{what} {shown(store.location(path))}: never a save: {why}")
+
+
 def publish(dl: Deadline, store: Store, say: Say, path: str, epoch: int, step: int) -> None:
+    refuse_reserved(store, path, "save")
     store.check_root(dl)
     if not store.holds(dl, path):
         raise Failure(f"save {shown(store.location(path))} does not exist")
-    publish_entry(dl, store, say, epoch, step, path)
+    if publish_entry(dl, store, say, epoch, step, path):
+        _outranked(dl, store, say, epoch)
+
+
+def _outranked(dl: Deadline, store: Store, say: Say, epoch: int) -> None:
+    """Warn when an entry of a greater epoch is published already: resolve will never choose this one."""
+    top = -1
+    for name in store.list_entries(dl):
+        head = name[:20]
+        if name[20:21] == "-" and layout.digits(head):
+            top = max(top, int(head))
+    if top > epoch:
+        say.warn(
+            f"an entry of epoch {top} is already published, so resolve will choose it over this one (epoch "
+            f"{epoch}); to publish a save that resolve chooses, give -epoch {top + 1} or more (or set DISPATCH_EPOCH)"
+        )
 
 
 class Publish(common.Command):

@@ -64,6 +64,7 @@ def resolve(dl: Deadline, store: Store, say: Say) -> None:
         )
     if names:
         raise Failure(f"{shown(where)}: none of its {len(names)} entries names a save that exists")
+    store.check_exists(dl)  # S3: a prefix holding nothing at all is a typo, not a new run
     if store.cheap_listing:
         try:
             n = unpublished_saves(dl, store)

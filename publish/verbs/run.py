@@ -198,7 +198,7 @@ def run(
         if resume_arg:
             argv += [resume_arg, resume]
 
-    watcher = Watcher(store, say, framework, saves, epoch)
+    watcher = Watcher(store, say, framework, saves, epoch, lenient=True)
     if signals.received:
         say.warn(f"run: stopped by {signame(signals.received[0])} before {argv[0]} started")
         return _finish(say, status_of(-signals.received[0]), False, None, keep, requeue, batch)
@@ -246,7 +246,7 @@ def run(
         except Exception as e:
             say.warn(describe(e))
             fault = True
-    fault = fault or scanner.fault
+    fault = fault or scanner.fault or watcher.fault
     return _finish(say, status, fault, (store, last) if last else None, keep, requeue and stopped, batch)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from publish import layout
 from publish.deadline import Deadline
-from publish.errors import Failure, StoreError
+from publish.errors import Failure, FileError, StoreError
 from publish.frameworks import FRAMEWORKS
 from publish.layout import EXEC, PUB, TOMB
 from publish.redact import shown
@@ -31,6 +31,10 @@ def _check(dl: Deadline, store: Store, framework: str, path: str, step: int) -> 
     """A framework's verdict on the save at ``path``: complete, incomplete or faulty (with the message)."""
     try:
         whole = FRAMEWORKS[framework].complete(dl, store, path, step)
+    except FileError as e:
+        if not e.unexaminable:
+            raise  # a disk I/O error is the store failing, as on S3
+        return "faulty", str(e)
     except StoreError:
         raise  # the store failing (a refusal, the -timeout passed) is not the save's fault: fail as resolve does
     except (Failure, OSError) as e:
@@ -43,11 +47,15 @@ def collect(dl: Deadline, store: Store, keep: int | None) -> dict[str, Any]:
     store.check_root(dl)
     entries = layout.parse_all(store.list_entries(dl), store.location(PUB))
     tombs = layout.parse_tombs(store.list_tombs(dl), store.location(TOMB))
+    if not entries and not tombs:
+        store.check_exists(dl)
     publications = [
         {
             "entry": e.name,
             "epoch": e.epoch,
             "step": e.step,
+            "epoch_decimal": str(e.epoch),  # exact for parsers that read numbers as doubles (jq < 1.7)
+            "step_decimal": str(e.step),
             "path": e.path,
             "location": store.location(e.path),
             "exists": store.holds(dl, e.path),
@@ -66,9 +74,14 @@ def collect(dl: Deadline, store: Store, keep: int | None) -> dict[str, Any]:
         where = f"{EXEC}/{attempt}"
         try:
             folders, files = store.children(dl, where)
+        except FileError as e:
+            if not e.unexaminable:
+                raise
+            unreadable.append({"path": where, "location": store.location(where), "message": str(e)})
+            continue
         except StoreError:
             raise
-        except (Failure, OSError) as e:  # one attempt's folder (a permission, a link the store refuses)
+        except (Failure, OSError) as e:  # one attempt's folder (a link the store refuses)
             unreadable.append({"path": where, "location": store.location(where), "message": str(e)})
             continue
         candidates = [(n, "folder") for n in folders] + [(n, "file") for n in files]
@@ -92,6 +105,7 @@ def collect(dl: Deadline, store: Store, keep: int | None) -> dict[str, Any]:
                         "location": store.location(path),
                         "framework": name,
                         "step": step,
+                        "step_decimal": str(step),
                         "state": state,
                         "message": message,
                     }

@@ -8,9 +8,10 @@ import threading
 
 from publish import roots
 from publish.deadline import UNBOUNDED, Deadline
-from publish.errors import Failure, UsageError
+from publish.errors import Failure, FileError, StoreError, UsageError
 from publish.frameworks import Framework
-from publish.layout import EXEC
+from publish.layout import EXEC, PUB, TOMB
+from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
 from publish.verbs.publish import publish_entry
@@ -62,44 +63,82 @@ class SignalStop:
 
 
 class Watcher:
-    """Scans SAVES and publishes complete saves in step order, each once."""
+    """Scans SAVES and publishes complete saves in step order, each once.
 
-    def __init__(self, store: Store, say: Say, framework: Framework, saves: str, epoch: int) -> None:
+    ``lenient`` (``publish run``): a save whose marker is faulty is reported once and passed over, and
+    ``fault`` is set, instead of the scan failing; watch stops on it, naming the file.  Either way a child
+    of SAVES that cannot be examined (a link loop, a name too long, a permission) is named once on stderr
+    and passed over, and so is one that a framework recognises but can never publish."""
+
+    def __init__(
+        self, store: Store, say: Say, framework: Framework, saves: str, epoch: int, lenient: bool = False
+    ) -> None:
         self.store = store
         self.say = say
         self.framework = framework
         self.saves = saves
         self.epoch = epoch
-        self.done: set[str] = set()  # folders published (or found published); never looked at again
-        self.noted: set[str] = set()  # folders a framework's hint was said for
+        self.lenient = lenient
+        self.fault = False  # a faulty save was passed over (lenient only)
+        self.done: set[str] = set()  # folders published, found published, or faulty; never looked at again
+        self.noted: set[tuple[str, str]] = set()  # (folder, kind) of each hint said, so each is said once
 
     def scan(self, dl: Deadline) -> None:
         """One scan; its store calls share ``dl``."""
         candidates = []
+        unexamined: list[tuple[str, str]] = []
         listed = (
             self.store.list_files(dl, self.saves)
             if self.framework.kind == "files"
-            else self.store.list_folders(dl, self.saves)
+            else self.store.list_folders(dl, self.saves, unexamined)
         )
+        for name, why in unexamined:
+            self._once(name, "unexamined", f"{self._where(name)}: cannot be examined ({why}): passed over")
         for folder in listed:
             if folder in self.done:
                 continue
             step = self.framework.step(folder)
             if step is not None:
                 candidates.append((step, folder))
+                continue
+            hint = self.framework.unpublishable(folder)
+            if hint:
+                self._once(folder, "unpublishable", f"{self._where(folder)}: {hint}")
         for step, folder in sorted(candidates):
             path = f"{self.saves}/{folder}"
-            if self.framework.complete(dl, self.store, path, step, self._note_for(folder)):
+            try:
+                whole = self.framework.complete(dl, self.store, path, step, self._note_for(folder))
+            except FileError as e:
+                if not e.unexaminable:
+                    raise
+                self._once(folder, "unexamined", f"{e}: passed over (it cannot be examined)")
+                continue
+            except StoreError:
+                raise  # the store failing is no fault of this save
+            except Failure as e:
+                if not self.lenient:
+                    raise
+                self.done.add(folder)
+                self.fault = True
+                self.say.warn(f"{e}: passed over (the other saves are published; run will exit non-zero)")
+                continue
+            if whole:
                 publish_entry(dl, self.store, self.say, self.epoch, step, path)
                 self.done.add(folder)
+
+    def _where(self, name: str) -> str:
+        return shown(self.store.location(f"{self.saves}/{name}"))
+
+    def _once(self, folder: str, kind: str, text: str) -> None:
+        if (folder, kind) not in self.noted:
+            self.noted.add((folder, kind))
+            self.say.warn(text)
 
     def _note_for(self, folder: str) -> Callable[[str], None]:
         """A framework's hint about ``folder``, said on stderr once for the whole run."""
 
         def note(text: str) -> None:
-            if folder not in self.noted:
-                self.noted.add(folder)
-                self.say.warn(text)
+            self._once(folder, "note", text)
 
         return note
 
@@ -166,6 +205,11 @@ class Watch(common.SavesCommand):
         framework = self.chosen()
         if call.args:
             saves = roots.below(root, call.args[0], call.cwd, "SAVES")
+            first = saves.partition("/")[0]
+            if first in (PUB, TOMB):
+                raise Failure(
+                    f"SAVES {shown(root.text.rstrip('/') + '/' + saves)} lies in the root's {first}/, which holds no saves"
+                )
         else:
             attempt = common.flag_or_env(self.attempt, call.env, "DISPATCH_ATTEMPT")
             if not attempt:

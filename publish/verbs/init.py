@@ -1,0 +1,24 @@
+"""init: make a new checkpoint root, so that resolve on it answers "nothing yet" instead of "missing"."""
+
+from __future__ import annotations
+
+from publish.redact import shown
+from publish.verbs import common
+
+
+class Init(common.Command):
+    name = "init"
+    synopsis = f"publish init {common.ROOT_FLAGS}"
+    summary = "make a new checkpoint root (POSIX: the directory; S3: the root's own object)"
+
+    def run(self, call: common.Call) -> int:
+        common.expect_args(call, [])
+        store = self.open(call, self.root(call)).store
+        if store.create_root(self.deadline(call)):
+            call.say.out(f"created {shown(store.root)}")
+        else:
+            call.say.warn(f"checkpoint root {shown(store.root)} already exists")
+        return 0
+
+
+COMMAND = Init
