@@ -8,8 +8,8 @@ import sys
 from publish import __version__
 from publish.errors import PublishError, UsageError
 from publish.flags import HelpRequested
-from publish.redact import line as guarded
-from publish.redact import quoted
+from publish.redact import echo, quoted
+from publish.redact import line as one_line
 from publish.verbs import Say
 from publish.verbs.common import Call
 
@@ -62,12 +62,14 @@ def main(
     the exit status.
     """
 
+    # The line as it was made: the answer is never altered.  Only a raw control character left in it (every
+    # value is shown with redact.shown, so a correct line holds none) is escaped, so it stays one line.
     def out(line: str) -> None:
-        stdout.write(guarded(line) + "\n")  # the last guard: no secret, no URL password, one line
+        stdout.write(one_line(line) + "\n")
         stdout.flush()
 
     def warn(line: str) -> None:
-        stderr.write("publish: " + guarded(line) + "\n")
+        stderr.write("publish: " + one_line(line) + "\n")
         stderr.flush()
 
     if not argv:
@@ -79,12 +81,12 @@ def main(
         return 0
     if verb == "version":
         if len(argv) > 1:
-            warn(f"unexpected argument {quoted(argv[1])}")
+            warn(f"unexpected argument {quoted(echo(argv[1]))}")
             return 2
         out(f"publish {__version__}")
         return 0
     if verb not in VERBS:
-        warn(f"unknown verb {quoted(verb)}")
+        warn(f"unknown verb {quoted(echo(verb))}")
         stderr.write(verb_list())
         return 2
 
@@ -122,7 +124,9 @@ def main(
         warn(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
         return 1
     except Exception as e:  # never a traceback on a compute node's job log
-        warn(f"internal error: {type(e).__name__}: {e}")
+        from publish.redact import foreign  # an unexpected error's words may hold anything
+
+        warn(f"internal error: {type(e).__name__}: {foreign(str(e))}")
         return 1
     finally:
         if restore:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from publish.redact import scrub
-
 
 class PublishError(Exception):
     """Base of every error the command reports; ``str()`` is the message after ``publish: ``.
 
-    The message is scrubbed of every registered credential value as the error is made (publish.redact).
+    The message is kept as it is made: it names things exactly (spec addendum, section 14).  Text from
+    outside in it (a store's or Vault's words) was scrubbed where it came in (``publish.redact.foreign``).
     """
 
     exit_code = 1
 
     def __init__(self, message: str = "") -> None:
-        super().__init__(scrub(message))
+        super().__init__(message)
 
 
 class UsageError(PublishError):
@@ -34,8 +33,8 @@ class CredentialsError(Failure):
 
     def __init__(self, why: str, source: str = "") -> None:
         super().__init__("credentials: " + (f"{source}: {why}" if source else why))
-        self.why = scrub(why)
-        self.source = scrub(source)
+        self.why = why
+        self.source = source
 
 
 class StoreError(Failure):

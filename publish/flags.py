@@ -21,6 +21,7 @@ from publish.gocompat import (
     parse_duration_ns,
     parse_go_bool,
 )
+from publish.redact import echo, url
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ class FlagSet:
                     break
             name = s[minuses:]
             if not name or name[0] in "-=":
-                raise UsageError(f"bad flag syntax: {s}")
+                raise UsageError(f"bad flag syntax: {echo(s)}")
             at += 1
             has_value = False
             text = ""
@@ -191,14 +192,14 @@ class FlagSet:
             if flag is None:
                 if name in ("help", "h"):
                     raise HelpRequested()
-                raise UsageError(f"flag provided but not defined: -{name}")
+                raise UsageError(f"flag provided but not defined: -{echo(name)}")
             if flag.kind == "bool":
                 if has_value:
                     try:
                         flag.value = parse_go_bool(text)
                     except ValueError:
                         raise UsageError(
-                            f"invalid boolean value {go_quote(text)} for -{name}: {_PARSE_ERROR}"
+                            f"invalid boolean value {go_quote(echo(text))} for -{name}: {_PARSE_ERROR}"
                         ) from None
                 else:
                     flag.value = True
@@ -211,7 +212,9 @@ class FlagSet:
                 try:
                     flag.value = flag.parse(text)
                 except ValueError as e:
-                    raise UsageError(f"invalid value {go_quote(text)} for flag -{name}: {e}") from None
+                    raise UsageError(
+                        f"invalid value {go_quote(echo(text))} for flag -{name}: {_why(e, text)}"
+                    ) from None
             flag.is_set = True
         return rest[at:]
 
@@ -241,6 +244,15 @@ class FlagSet:
                 line += f" (default {flag.shown_default})"
             lines.append(line + "\n")
         return "".join(lines)
+
+
+def _why(e: ValueError, text: str) -> str:
+    """Why a flag's value was refused, its password hidden when the value is a URL that holds one (a
+    duration's error echoes the value)."""
+    found: list[str] = []
+    masked = url(text, found)
+    why = str(e).replace(text, masked) if masked != text else str(e)
+    return _PARSE_ERROR if any(p and p in why for p in found) else why
 
 
 def _unquote_usage(flag: Flag[Any]) -> tuple[str, str]:

@@ -25,7 +25,7 @@ from publish.neterrors import (
     Untrusted,
 )
 from publish.neterrors import reason as _reason
-from publish.redact import shown
+from publish.redact import foreign, shown
 from publish.streams import SockStream, TLSStream
 from publish.trust import Trust, find_trust
 from publish.trustcache import lazy
@@ -251,7 +251,7 @@ class Connector:
             raise NetError(f"{who}: bad answer to CONNECT")
         status = int(code)
         if not 200 <= status < 300:
-            reason = shown(text[13:].strip().encode("latin-1").decode("utf-8", "replace"))  # a proxy's words
+            reason = shown(foreign(text[13:].strip().encode("latin-1").decode("utf-8", "replace")))  # outside
             raise ProxyRefused(f"{who} refused CONNECT to {hostport}: {status} {reason}".rstrip())
         return SockStream(stream.sock, self._left, pending=reader.leftover())
 

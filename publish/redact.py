@@ -1,10 +1,17 @@
-"""What a message may show: no URL password, no credential value, no raw control character.
+"""What a message may show: no URL password, no credential value from outside text, no raw control character.
 
+The answer is never altered (spec addendum, section 14): a location, an entry name, a path or a JSON value is
+printed exactly.  Credential values are scrubbed only from text that comes from outside (a store's, Vault's
+or a proxy's error text, an echoed request), where that text enters; the command's own messages never hold
+one in the first place.
+
+- ``register(value)`` when a credential value is read; ``foreign(text)`` is outside text as a message may show
+  it: every fragment of 8 or more characters of a registered value (and a whole shorter one of 4 or more),
+  ignoring case, replaced with ``[redacted]``, and the password of any ``scheme://user:pw@`` in it hidden.
 - ``url(text)``: the password (or a lone token) of a URL's userinfo replaced, however malformed the URL.
-- ``register(value)`` when a credential value is read; ``scrub(text)`` then replaces every fragment of 8 or
-  more characters of any registered value (and a whole shorter one) with ``[redacted]``.
 - ``register_userinfo(items, sep)`` for a list split at a separator (``-creds``, a query): a URL password
-  that the separator cut is registered, so ``scrub`` removes its pieces from a message showing one item.
+  that the separator cut is remembered, so ``echo`` removes its pieces from a message showing one item.
+- ``echo(text)``: a URL-like value the user gave (``-proxy``, a ``-creds`` item, a root), as a message shows it.
 - ``shown(value)``: the value as it is, or Go's ``%q`` of it when it holds a control character.
 """
 
@@ -17,75 +24,138 @@ PASSWORD = "xxxxx"
 FRAGMENT = 8  #: the shortest piece of a secret that is never shown
 SHORTEST = 4  #: a secret shorter than FRAGMENT is replaced whole when it has at least this many characters
 
-_secrets: set[str] = set()
-_windows: set[str] = set()  # every FRAGMENT-long piece of every registered secret
-_short: set[str] = set()
+
+def _fold(text: str) -> str:
+    """``text`` in lower case, one character for one (so positions in it are positions in ``text``)."""
+    low = text.lower()
+    if len(low) == len(text):  # lower() never shrinks a character: equal lengths are one for one
+        return low
+    return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+
+
+class _Values:
+    """Values that a scrub removes, ignoring case: their ``FRAGMENT``-long pieces, and the short ones whole."""
+
+    def __init__(self) -> None:
+        self.values: set[str] = set()
+        self.windows: set[str] = set()  # every FRAGMENT-long piece of every value, folded
+        self.short: set[str] = set()  # folded
+
+    def add(self, value: str) -> None:
+        if not value or value in self.values:
+            return
+        self.values.add(value)
+        folded = _fold(value)
+        if len(folded) >= FRAGMENT:
+            self.windows.update(folded[i : i + FRAGMENT] for i in range(len(folded) - FRAGMENT + 1))
+        elif len(folded) >= SHORTEST:
+            self.short.add(folded)
+
+    def spans(self, folded: str) -> list[tuple[int, int]]:
+        """Where ``folded`` holds a piece of a value: (start, end) pairs, unsorted, maybe overlapping.
+
+        Linear: each position is looked up once in the set of the pieces; a run of overlapping or adjacent
+        hits is one span."""
+        found: list[tuple[int, int]] = []
+        windows = self.windows
+        if windows and len(folded) >= FRAGMENT:
+            start, end = -1, -1
+            for i in range(len(folded) - FRAGMENT + 1):
+                if folded[i : i + FRAGMENT] in windows:
+                    if i > end:  # a new run
+                        if start >= 0:
+                            found.append((start, end))
+                        start = i
+                    end = i + FRAGMENT
+            if start >= 0:
+                found.append((start, end))
+        for value in tuple(self.short):  # a copy: another thread may register while this one scrubs
+            at = folded.find(value)
+            while at >= 0:
+                found.append((at, at + len(value)))
+                at = folded.find(value, at + len(value))
+        return found
+
+
+_credentials = _Values()
+_cut = _Values()  # the pieces of URL passwords that a separator of the user's list cut out of their URL
+# The registry as earlier code and the tests' fixtures name it.
+_secrets, _windows, _short = _credentials.values, _credentials.windows, _credentials.short
 
 # re is imported only once a URL is looked at: a POSIX resolve prints its lines without it.
-# A scheme-ish head (``vault:``, ``https:``, ``vault:https:``, even ``u:`` of ``u:pw@h``), then any slashes.
-_HEAD = r"(?:[A-Za-z][A-Za-z0-9+.-]*:)+[/\\]*"
+# The head of a URL, however malformed: anything up to a ":" (a scheme, ``vault:https:``, even `` u:`` of
+# `` u:pw@h`` or ``éu:pw@h``), repeated, then any slashes.  Each repeat ends at the first ":" it meets, so
+# the match is linear.
+_HEAD = r"(?:[^@/\\:?#]*:)+[/\\]*"
 # A URL inside free text: scheme://authority-with-@.  It is tried only where a run of scheme characters
 # begins (the lookbehind), its leading non-letters skipped (group 1), so a long run is scanned once, not
 # once from each of its characters.
 _IN_TEXT = r"(?<![A-Za-z0-9+.-])([0-9+.-]*)([A-Za-z][A-Za-z0-9+.-]*:[/\\]+[^\s/\\@]*(?:@[^\s/\\@]*)*@)"
+# Escapes read as the delimiters they stand for when looking for a userinfo: "http://u:pw%40h" hides "pw".
+_ESCAPES = {"%40": "@", "%3a": ":", "%2f": "/", "%5c": "\\", "%3f": "?", "%23": "#"}
 # Line breaks to str.splitlines, though not control characters; and Unicode's Bidi_Control characters, which
 # reorder what a terminal shows (a path holding U+202E reads backwards from there): quoted, they show as \u202e.
 _EXTRA_CONTROL = "\u2028\u2029\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
 def register(*values: str) -> None:
-    """Remember credential values so that ``scrub`` removes them (and any long enough piece of them)."""
+    """Remember credential values so that ``foreign`` removes them (and any long enough piece of them)."""
     for value in values:
-        if not value or value in _secrets:
-            continue
-        _secrets.add(value)
-        if len(value) >= FRAGMENT:
-            _windows.update(value[i : i + FRAGMENT] for i in range(len(value) - FRAGMENT + 1))
-        elif len(value) >= SHORTEST:
-            _short.add(value)
+        _credentials.add(value)
+
+
+def _replace(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each span replaced; overlapping or adjacent spans are one."""
+    if not spans:
+        return text
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    out: list[str] = []
+    done = 0
+    for start, end in merged:
+        out += (text[done:start], REDACTED)
+        done = end
+    out.append(text[done:])
+    return "".join(out)
 
 
 def scrub(text: str) -> str:
-    """``text`` with every fragment of ``FRAGMENT`` or more characters of a registered value replaced.
+    """``text`` with every fragment of ``FRAGMENT`` or more characters of a registered value, and every whole
+    shorter value of ``SHORTEST`` or more, replaced, ignoring case (a store may echo a header upper-cased).
 
-    Linear: each position is looked up once in the set of the secrets' ``FRAGMENT``-long pieces; a run of
-    overlapping hits is one fragment, replaced once.
-    """
-    if not _secrets or not text:
+    For outside text only (``foreign``): never for a name or a location the command prints."""
+    if not text or not (_credentials.values or _cut.values):
         return text
-    out: list[str] = []
-    if _windows and len(text) >= FRAGMENT:
-        windows, start, end, done = _windows, -1, -1, 0
-        for i in range(len(text) - FRAGMENT + 1):
-            if text[i : i + FRAGMENT] in windows:
-                if i > end:  # a new run
-                    if start >= 0:
-                        out += (text[done:start], REDACTED)
-                        done = end
-                    start = i
-                end = i + FRAGMENT
-        if start >= 0:
-            out += (text[done:start], REDACTED)
-            done = end
-        out.append(text[done:])
-        text = "".join(out)
-    for value in tuple(_short):  # a copy: another thread may register while this one prints
-        text = text.replace(value, REDACTED)
-    return text
+    folded = _fold(text)
+    return _replace(text, _credentials.spans(folded) + _cut.spans(folded))
+
+
+def foreign(text: str) -> str:
+    """Text from outside (a store's, Vault's or a proxy's words, an echoed request) as a message may show
+    it: URL passwords hidden and every piece of a registered value removed.  Not quoted: see ``shown``."""
+    return scrub(urls_in(text))
 
 
 def url(text: str, found: list[str] | None = None) -> str:
-    """``text`` (a URL, a ``vault:`` location, a ``-creds`` item) with its userinfo's password replaced.
+    """``text`` (a URL, a ``vault:`` location, a ``-creds`` item, a ``-proxy``) with its userinfo's password
+    replaced, however malformed.
 
-    The userinfo is everything up to the last ``@`` before the first ``/`` (or ``\\``) after the scheme and
-    its slashes, whatever those look like (``https:/u:pw@h``, ``u:pw@h``, ``vault:https:u:pw@h``, a password
-    holding ``?`` or ``#``); when that holds no ``@``, up to the last ``@`` before the query, if what precedes
-    it holds a ``:`` (a password holding ``/`` or ``\\``).  A userinfo with a ``:`` keeps its user name (``u:xxxxx@h``); one without is a
-    token (``xxxxx@h``).  Query values are URLs too (``proxy=http%3A%2F%2Fu%3Apw%40p``).  Each password
-    hidden is appended to ``found``.
+    The head is everything up to the last of a run of ``:``-ended words (a scheme, ``vault:https:``, ``u:`` of
+    ``u:pw@h``, `` u:`` or ``éu:`` with whatever comes before) and the slashes after it, or nothing.  The
+    userinfo is everything from there up to the last ``@`` before the first ``/`` (or ``\\``); when that holds
+    no ``@``, up to the last ``@`` before the query, if what precedes it holds a ``:`` (a password holding
+    ``/`` or ``\\``).  ``%40``, ``%3A``, ``%2F``, ``%5C``, ``%3F`` and ``%23`` count as the characters they
+    stand for.  A userinfo with a ``:`` keeps its user name (``u:xxxxx@h``); one without is a token
+    (``xxxxx@h``), and so is a text without a head (``TOKEN@h``).  Query values are URLs too
+    (``proxy=http%3A%2F%2Fu%3Apw%40p``), though one without a head only as ``proxy=``.  Each password hidden is
+    appended to ``found``.
     """
     if "@" not in text and "%40" not in text:
-        return text  # no userinfo, not even one escaped in a query value: nothing to hide (and no re)
+        return text  # no userinfo, not even an escaped one: nothing to hide (and no re)
     import re
     from urllib.parse import quote, unquote
 
@@ -97,61 +167,68 @@ def url(text: str, found: list[str] | None = None) -> str:
         key, eq, value = part.partition("=")
         if eq:
             decoded = unquote(value)
-            redacted = _one(decoded, found)
+            redacted = _one(decoded, found, bare=key.strip().lower() == "proxy")
             if redacted != decoded:
                 value = quote(redacted, safe="") if "%" in value else redacted
         parts.append(key + eq + value)
     return head + q + "".join(parts)
 
 
-def _one(text: str, found: list[str] | None = None) -> str:
-    """``text`` with the password of the URL it starts with hidden; that password is appended to ``found``."""
+def _one(text: str, found: list[str] | None = None, bare: bool = True) -> str:
+    """``text`` with the password of the URL it is hidden; that password is appended to ``found``.  Without
+    ``bare``, a text with no head (``a@b``, a query value) is left as it is."""
     import re
 
-    m = re.match(_HEAD, text)
-    if not m:
+    units: str | list[str] = text  # one item a character, or a %XX escape
+    plain = text  # one character a unit: an escape as the delimiter it stands for, else "%"
+    if "%" in text:
+        units = re.findall(r"%[0-9A-Fa-f]{2}|.", text, re.S)
+        plain = "".join(_ESCAPES.get(u.lower(), "%") if len(u) == 3 else u for u in units)
+    if "@" not in plain:
         return text
-    rest = text[m.end() :]
-    authority = re.split(r"[/\\]", rest, maxsplit=1)[0]
-    if "@" not in authority:
+    m = re.match(_HEAD, plain)
+    if not m and not bare:
+        return text
+    start = m.end() if m else 0
+    rest = plain[start:]
+    end = start + len(re.split(r"[/\\]", rest, maxsplit=1)[0])
+    at = plain.rfind("@", start, end)
+    if at < 0:
         # A password holding "/" or "\\" ends the authority early, as RFC 3986 reads it: "user:pa/ss@h" is
         # then the host "user". What comes before an "@" ahead of the query, when it holds a ":", is hidden
         # all the same, so no reading of a malformed URL shows it.
-        wide = re.split(r"[?#]", rest, maxsplit=1)[0]
-        if ":" in wide.rpartition("@")[0]:
-            authority = wide
-    userinfo, at, host = authority.rpartition("@")
-    if not at:
-        return text
-    user, colon, password = userinfo.partition(":")
+        end = start + len(re.split(r"[?#]", rest, maxsplit=1)[0])
+        at = plain.rfind("@", start, end)
+        if at < 0 or ":" not in plain[start:at]:
+            return text
+    # The user name ends at the first ":" written as one; an escaped one is part of a token.
+    colon = next((i for i in range(start, at) if units[i] == ":"), -1)
+    first = colon + 1 if colon >= 0 else start
     if found is not None:
-        found.append(password if colon else userinfo)
-    shown = f"{user}:{PASSWORD}" if colon else PASSWORD
-    return text[: m.end()] + shown + "@" + host + rest[len(authority) :]
+        found.append("".join(units[first:at]))
+    return "".join(units[:first]) + PASSWORD + "".join(units[at:])
 
 
 def register_userinfo(items: list[str], sep: str, values: bool = False) -> None:
-    """Register as secrets the URL passwords that a separator inside them cut out of their URL.
+    """Remember the URL passwords that a separator inside them cut out of their URL.
 
     ``items`` is a ``sep``-separated list as it was split (a ``-creds`` list; with ``values``, a query of
     ``key=value`` pairs).  An item holding an ``@`` after items without one is joined back to the last of
-    those that starts a URL, and the passwords ``url`` finds in the join are registered: a message showing
-    one item alone then has their pieces scrubbed.  Linear: the joins do not overlap.
+    those that holds a ``:`` (it may start a URL), and the passwords ``url`` finds in the join are remembered: ``echo`` then
+    removes their pieces from a message showing one item alone.  Linear: the joins do not overlap.
     """
     if not any("@" in item for item in items):
         return
-    import re
-
     start = -1  # the last item starting a URL since the last item holding an "@"
     for j, item in enumerate(items):
         if "@" in item:
             if start >= 0:
                 joined = sep.join(items[start : j + 1])
                 for password in _hidden(joined.partition("=")[2] if values else joined):
-                    register(password)
+                    _cut.add(password)
             start = -1
-        elif re.match(_HEAD, item.partition("=")[2] if values else item):
-            start = j
+        elif ":" in (item.partition("=")[2] if values else item).replace("%3A", ":").replace("%3a", ":"):
+            start = j  # it may start a URL, however malformed
 
 
 def _hidden(text: str) -> list[str]:
@@ -161,8 +238,23 @@ def _hidden(text: str) -> list[str]:
     return found
 
 
+def echo(text: str) -> str:
+    """A value the user gave that may be a URL (``-proxy``, a ``-creds`` item, a vault location, a root), as
+    a message echoes it: its password hidden (``url``), and any piece of a password that a separator of its
+    list cut out of it (``register_userinfo``) replaced.  Not quoted: see ``shown``."""
+    return cut_pieces(url(text))
+
+
+def cut_pieces(text: str) -> str:
+    """``text`` (a message about the user's ``-creds`` list or vault query) with every piece of a password
+    that a separator cut out of its URL replaced (``register_userinfo``)."""
+    if not text or not _cut.values:
+        return text
+    return _replace(text, _cut.spans(_fold(text)))
+
+
 def urls_in(text: str) -> str:
-    """Free text with the userinfo of every ``scheme://user:pw@`` in it replaced (a last guard)."""
+    """Free text with the userinfo of every ``scheme://user:pw@`` in it replaced."""
     if "@" not in text:
         return text
     import re
@@ -195,9 +287,9 @@ def quoted(value: str) -> str:
 
 
 def line(text: str) -> str:
-    """A line the command prints, as the last guard: secrets scrubbed, URL passwords removed, and any
-    control character left in it escaped as ``%q`` escapes it (without the quotes)."""
-    text = scrub(urls_in(text))
+    """A line the command prints, as it is, unless a raw control character is left in it (a line that shows
+    its values with ``shown`` holds none): that is escaped as ``%q`` escapes it (without the quotes), so the
+    line stays one line.  Nothing else is changed: the answer is never altered."""
     if has_control(text):
         text = "".join(go_quote(c)[1:-1] if _is_control(c) else c for c in text)
     return text

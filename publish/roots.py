@@ -160,7 +160,8 @@ def below(root: Root, text: str, cwd: str, what: str) -> str:
     if isinstance(root, S3Root):
         if not text.startswith("s3://"):
             raise Failure(
-                f"{what} {_shown(text)}: the root is {_shown(root.text)}, so {what} must be an s3:// URL under it"
+                f"{what} {_redact(text) if text[:1] != '/' else _shown(text)}: the root is {_shown(root.text)}, "
+                f"so {what} must be an s3:// URL under it"
             )
         url = parse_s3(text, what)
         if url.bucket != root.bucket:

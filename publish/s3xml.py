@@ -122,7 +122,7 @@ def listing(thing: str, body: bytes) -> tuple[list[str], list[str], list[int], b
             return percent.decode_plus(s)
         except UnicodeDecodeError:
             raise StoreError(
-                f"the store listed a key that is not UTF-8: {s}", op="list", thing=thing
+                f"the store listed a key that is not UTF-8: {redact.shown(s)}", op="list", thing=thing
             ) from None
 
     def each(parent: str, child: str) -> list[str]:
@@ -164,7 +164,7 @@ def check_page(thing: str, prefix: str, delimiter: str, keys: list[str], prefixe
         rest = p[len(prefix) :]
         if not delimiter or not rest.endswith(delimiter) or delimiter in rest[: -len(delimiter)]:
             raise StoreError(
-                f"the store returned the common prefix {p}, not one element below the prefix",
+                f"the store returned the common prefix {redact.shown(p)}, not one element below the prefix",
                 op="list",
                 thing=thing,
             )
@@ -200,11 +200,39 @@ class Pages:
         self.used.add(digest)
 
 
+#: The codes the client acts on (publish.s3client, publish.s3retry): kept as they are, so a credential that
+#: holds a piece of one never changes what the client does.  Any other code is outside text, scrubbed.
+ACTED_ON = frozenset(
+    (
+        "NoSuchKey",
+        "NotFound",
+        "BadRequest",
+        "Forbidden",
+        "ExpiredToken",
+        "InvalidAccessKeyId",
+        "NotImplemented",
+        "SlowDown",
+        "InternalError",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "ConditionalRequestConflict",
+        "OperationAborted",
+        "Conflict",
+    )
+)
+
+
+def _code(code: str) -> str:
+    return code if code in ACTED_ON else redact.shown(redact.foreign(code))
+
+
 def error_of(status: int, headers: Mapping[str, str], body: bytes) -> tuple[str, str]:
-    """(code, message) from an S3 error document, else from the headers or the status; both scrubbed of
-    credential values (a store or proxy may echo the request's headers)."""
+    """(code, message) from an S3 error document, else from the headers or the status.  Both are the store's
+    words, which may echo the request (its key id, its session token) in any case: scrubbed here, where they
+    come in (publish.redact.foreign), and quoted if they hold a control character.  A code the client acts
+    on (ACTED_ON) is kept as it is."""
     code, message = _unscrubbed_error_of(status, headers, body)
-    return redact.shown(redact.scrub(code)), redact.shown(redact.scrub(message))
+    return _code(code), redact.shown(redact.foreign(message))
 
 
 def _unscrubbed_error_of(status: int, headers: Mapping[str, str], body: bytes) -> tuple[str, str]:
@@ -236,13 +264,14 @@ def delete_request(keys: Sequence[str]) -> bytes:
 
 
 def delete_errors(body: bytes) -> list[tuple[str, str, str]] | None:
-    """(key, code, message scrubbed) of each per-key error in a DeleteObjects result, NoSuchKey left out;
-    None when ``body`` is not a result."""
+    """(key, code, message) of each per-key error in a DeleteObjects result, NoSuchKey left out; None when
+    ``body`` is not a result.  The key is a name, kept as it is; the code and message are the store's words,
+    scrubbed as ``error_of`` scrubs them."""
     root = _parse_xml(body)
     if root is None or root.tag != "DeleteResult":
         return None
     return [
-        (_text(err, "Key"), code, redact.shown(redact.scrub(_text(err, "Message"))))
+        (_text(err, "Key"), _code(code), redact.shown(redact.foreign(_text(err, "Message"))))
         for err in _children(root, "Error")
         if (code := _text(err, "Code")) != "NoSuchKey"
     ]

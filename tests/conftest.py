@@ -167,11 +167,13 @@ def _fresh_secrets() -> Iterator[None]:
     registry lives as long as the process, and an earlier test's short secret must not blank later messages."""
     from publish import redact
 
-    saved = (set(redact._secrets), set(redact._windows), set(redact._short))
+    live = [(v.values, v.windows, v.short) for v in (redact._credentials, redact._cut)]
+    saved = [tuple(set(s) for s in sets) for sets in live]
     yield
-    for live, kept in zip((redact._secrets, redact._windows, redact._short), saved):
-        live.clear()
-        live.update(kept)
+    for sets, kept in zip(live, saved):
+        for s, k in zip(sets, kept):
+            s.clear()
+            s.update(k)
 
 
 @pytest.fixture

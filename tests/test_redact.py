@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 import string
+from pathlib import Path
 
 import pytest
 
@@ -64,6 +65,21 @@ def registered() -> None:
         ),
         ("vault:https://v/s?proxy=http:/u:pw@p:3128", "vault:https://v/s?proxy=http:/u:xxxxx@p:3128"),
         ("vault:https://v/s?proxy=http%3Au%3Apw%40p", "vault:https://v/s?proxy=http%3Au%3Axxxxx%40p"),
+        # However malformed: whatever comes before the userinfo, spaces, tabs, several @, escapes.
+        (" u:PW@h", " u:xxxxx@h"),
+        ("\u00e9u:PW@h", "\u00e9u:xxxxx@h"),
+        ("1u:PW@h", "1u:xxxxx@h"),
+        ("-u:PW@h", "-u:xxxxx@h"),
+        ("\tu:PW@h", "\tu:xxxxx@h"),
+        ("  http://u:PW@h", "  http://u:xxxxx@h"),
+        ("http://u:P\tW@h", "http://u:xxxxx@h"),
+        ("http://a@b:PW@c@h", "http://a@b:xxxxx@h"),
+        ("PW@h", "xxxxx@h"),
+        ("http://u:PW%40h", "http://u:xxxxx%40h"),
+        ("http://u:P%40W@h", "http://u:xxxxx@h"),
+        ("http%3A%2F%2Fu%3APW%40h", "http%3A%2F%2Fxxxxx%40h"),
+        ("http://u:P%2FW@h/x", "http://u:xxxxx@h/x"),
+        ("vault:https://v/s?proxy=PW@p", "vault:https://v/s?proxy=xxxxx@p"),
     ],
 )
 def test_url(text: str, want: str) -> None:
@@ -167,10 +183,52 @@ def test_shown(value: str, want: str) -> None:
     assert redact.shown(value) == want
 
 
-def test_line_is_one_line_and_scrubbed() -> None:
-    out = redact.line(f"entry x\nforged publish: ok https://u:pw@h/ {SECRET}")
-    assert "\n" not in out
-    assert out == "entry x\\nforged publish: ok https://u:xxxxx@h/ [redacted]"
+def test_line_is_one_line_and_nothing_else_changes() -> None:
+    """The last guard on a printed line escapes a raw control character and alters nothing else: data that
+    overlaps a registered value, or looks like a URL with a password, is printed as it is (section 14)."""
+    redact.register("00000000")
+    data = "published 00000000000000000000-00000000000000000005-MV4G (s3://b/x:y@z/exec)"
+    assert redact.line(data) == data
+    out = redact.line("entry x\nforged publish: ok")
+    assert out == "entry x\\nforged publish: ok"
+
+
+# ------------------------------------------------------------------------------------------ foreign
+
+
+def test_foreign_text_is_scrubbed_ignoring_case() -> None:
+    said = f"denied: {SECRET.upper()} and {SECRET.lower()[3:20]} by proxy https://u:pw@p/"
+    assert redact.foreign(said) == "denied: [redacted] and [redacted] by proxy https://u:xxxxx@p/"
+
+
+def test_foreign_replaces_a_short_value_whole_ignoring_case() -> None:
+    redact.register("s3kr")
+    assert redact.foreign("x S3KR y s3Kr") == "x [redacted] y [redacted]"
+
+
+def test_a_name_is_not_scrubbed_where_a_message_names_it() -> None:
+    """PublishError keeps its message: the name of a thing is exact even when a value overlaps it."""
+    from publish.errors import CredentialsError, StoreError
+
+    redact.register("checkpoint")
+    e = StoreError("NoSuchBucket", op="list", thing="s3://b/run/exec/A/checkpoint-5")
+    assert str(e) == "store: list s3://b/run/exec/A/checkpoint-5: NoSuchBucket"
+    c = CredentialsError("no such directory", "file:/creds/checkpoint")
+    assert (c.source, str(c)) == (
+        "file:/creds/checkpoint",
+        "credentials: file:/creds/checkpoint: no such directory",
+    )
+
+
+def test_an_s3_error_is_scrubbed_where_it_comes_in_and_a_code_acted_on_is_kept() -> None:
+    from publish import s3xml
+
+    redact.register("AKIAECHOKEY0001", "NoSuchKey-and-more")
+    body = b"<Error><Code>NoSuchKey</Code><Message>key akiaechokey0001 refused</Message></Error>"
+    assert s3xml.error_of(404, {}, body) == ("NoSuchKey", "key [redacted] refused")
+    body = b"<Error><Code>AKIAECHOKEY0001</Code></Error>"
+    assert s3xml.error_of(403, {}, body)[0] == "[redacted]"
+    assert s3xml.error_of(403, {"x-amz-error-message": "AKIAECHOKEY0001"}, b"")[1] == "[redacted]"
 
 
 # --------------------------------------------------------------------- a password cut by a separator
@@ -224,8 +282,67 @@ def test_no_piece_of_a_malformed_urls_password_is_shown(case: str, argv: list[st
         assert piece not in r.out + r.err, (piece, r.err)
 
 
+PROXY_PASSWORD = "PWproxy0123456"
+remember_secret(PROXY_PASSWORD)
+
+
+@pytest.mark.parametrize(
+    "proxy",
+    [
+        "u:{pw}@h",
+        " u:{pw}@h",
+        "\u00e9u:{pw}@h",
+        "1u:{pw}@h",
+        "-u:{pw}@h",
+        "\tu:{pw}@h",
+        "u:{pw}@h\t",
+        "http://u:{pw}@h@x",
+        "http://a@b:{pw}@h",
+        "http://u:{pw}%40h",
+        "http%3A%2F%2Fu%3A{pw}%40h",
+        "{pw}@h",
+        " http://u:{pw}@h:3128",
+        "http://u:{pw}/x@h",
+    ],
+)
+def test_no_proxy_spelling_shows_its_password(proxy: str) -> None:
+    value = proxy.replace("{pw}", PROXY_PASSWORD)
+    r = run_cli("resolve", "-checkpoint", "s3://bucket/p", "-creds", "secret:/x", "-proxy", value)
+    assert r.code == 2, r
+    assert "for flag -proxy" in r.err, r.err
+    assert PROXY_PASSWORD[:4] not in r.out + r.err, r.err
+
+
+@pytest.mark.parametrize("flag", ["-timeout", "-keep"])
+def test_a_url_given_to_another_flag_is_echoed_without_its_password(flag: str) -> None:
+    r = run_cli("prune", "-checkpoint", "s3://bucket/p", flag, f" http://u:{PROXY_PASSWORD}@h")
+    assert r.code == 2, r
+    assert PROXY_PASSWORD[:4] not in r.out + r.err, r.err
+    assert "xxxxx" in r.err, r.err
+
+
 @pytest.mark.parametrize("checkpoint", ["s3://u:Sec\\retPw123@bucket/p", "s3://u:Sec/retPw123@bucket/p"])
 def test_no_password_of_a_malformed_s3_root_is_shown(checkpoint: str) -> None:
     r = run_cli("resolve", "-checkpoint", checkpoint, "-creds", "secret:/x")
     assert r.code == 1, r
     assert "retPw123" not in r.err and "Sec" not in r.err.split(":", 2)[-1], r.err
+
+
+# ------------------------------------------------------------------------- a proxy's answer to CONNECT
+
+
+def test_a_proxys_reason_phrase_is_scrubbed_ignoring_case(tmp_path: Path) -> None:
+    """The reason a proxy gives for refusing CONNECT is its own text: a credential echoed there, in any
+    case, is scrubbed where it comes in."""
+    from publish import net
+    from tests.netfixtures import Proxy, Server, TestCA
+
+    ca = TestCA(tmp_path)
+    with Server(tls=ca) as server, Proxy(refuse=407, reason=f"denied {SECRET.upper()}") as proxy:
+        c = net.Connector(server.url, proxy=proxy.url, cafile=ca.pem)
+        with pytest.raises(net.ProxyRefused) as info:
+            c.request("GET", "/echo", {}, timeout=5)
+    assert (
+        str(info.value)
+        == f"proxy {proxy.url} refused CONNECT to 127.0.0.1:{server.port}: 407 denied [redacted]"
+    )

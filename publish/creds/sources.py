@@ -14,7 +14,7 @@ import time
 from publish.creds.directory import DirectorySource
 from publish.creds.fields import NotAnswering, Source
 from publish.errors import CredentialsError
-from publish.redact import quoted, register_userinfo, url
+from publish.redact import cut_pieces, echo, quoted, register_userinfo
 from publish.redact import shown as shown_as
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
@@ -35,16 +35,16 @@ def parse_sources(spec: str) -> list[Source]:
     items = spec.split(",")
     register_userinfo(items, ",")  # a "," inside a URL's password must not show the rest of it
     for item in items:
-        shown = shown_as(url(item))
+        shown = shown_as(echo(item))
         if item == "":
-            whole = ",".join(url(i) for i in spec.split(","))
+            whole = ",".join(echo(i) for i in spec.split(","))
             raise CredentialsError(f"an empty item in the -creds list {quoted(whole)}")
         kind, colon, location = item.partition(":")
         if not colon:
             raise CredentialsError("not a kind:location source; want secret:, file: or vault:", shown)
         if kind not in KINDS:
             raise CredentialsError(
-                f"unknown source kind {quoted(kind)}; want secret:, file: or vault:", shown
+                f"unknown source kind {quoted(cut_pieces(kind))}; want secret:, file: or vault:", shown
             )
         source: Source
         if kind == "vault":

@@ -46,21 +46,19 @@ class VaultSource:
     @classmethod
     def parse(cls, location: str) -> VaultSource:
         """Parse what follows ``vault:``; CredentialsError naming the source when it is malformed."""
-        text = _redact.shown(_redact.url("vault:" + location))
+        # Before the location is echoed: an "&" inside proxy='s password must not show the rest of it.
+        _redact.register_userinfo(location.partition("?")[2].split("&"), "&", values=True)
+        text = _redact.shown(_redact.echo("vault:" + location))
         try:
             return cls(parse_location(location), text)
         except ValueError as e:
-            raise CredentialsError(str(e), text) from None
+            # A query key may be a piece of a proxy= password that an "&" in it cut off (register_userinfo).
+            raise CredentialsError(_redact.cut_pieces(str(e)), text) from None
 
     def fetch(self, env: Mapping[str, str], timeout: float | None) -> Credentials:
-        """Log in, read the secret, revoke the token."""
-        # Scrubbed again: a value read later (the token) may stand in a message made before it was read.
-        try:
-            return self._fetch(env, timeout)
-        except CredentialsError as e:
-            raise CredentialsError(_redact.scrub(e.why), _redact.scrub(e.source)) from None
-        except NotAnswering as e:
-            raise NotAnswering(_redact.scrub(str(e))) from None
+        """Log in, read the secret, revoke the token.  Vault's own words in a message are scrubbed where they
+        come in (``_denied``, a field's name); the rest of a message names things exactly."""
+        return self._fetch(env, timeout)
 
     def _refuse(self, why: str) -> CredentialsError:
         return CredentialsError(why, self.text)
@@ -208,9 +206,8 @@ class VaultSource:
         fields: dict[str, str] = {}
         for name, value in data.items():
             if name not in FIELDS:
-                raise self._refuse(
-                    f"{shown}: unknown field {_redact.quoted(name)}; the fields are {', '.join(FIELDS)}"
-                )
+                field = _redact.quoted(_redact.foreign(name))  # Vault's text
+                raise self._refuse(f"{shown}: unknown field {field}; the fields are {', '.join(FIELDS)}")
             if not isinstance(value, str):
                 raise self._refuse(f"{shown}: field {name} is not a string")
             fields[name] = value
@@ -230,7 +227,8 @@ def _server(loc: Location) -> str:
 
 
 def _denied(resp: Any) -> str:
-    """``denied (HTTP 403): <Vault's errors>``: the words for a refused request."""
+    """``denied (HTTP 403): <Vault's errors>``: the words for a refused request.  Vault's errors are outside
+    text: scrubbed of every registered value (the role_id, secret_id, JWT, token) ignoring case."""
     what = "denied" if 400 <= resp.status < 500 else "failed"
     detail = ""
     try:
@@ -238,7 +236,7 @@ def _denied(resp: Any) -> str:
         if isinstance(errors, list) and errors:
             # Scrubbed before they are joined and cut, so no cut leaves a piece of a secret behind.
             detail = ": " + _redact.shown(
-                _redact.scrub("; ".join(_redact.scrub(str(e)) for e in errors))[:300]
+                _redact.foreign("; ".join(_redact.foreign(str(e)) for e in errors))[:300]
             )
     except (ValueError, AttributeError, RecursionError):
         pass

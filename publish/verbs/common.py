@@ -118,7 +118,7 @@ class Command:
                 parse_proxy(value)
             except ValueError as e:
                 raise UsageError(
-                    f"invalid value {go_quote(redact.url(value))} for flag -proxy: {e}"
+                    f"invalid value {go_quote(redact.echo(value))} for flag -proxy: {e}"
                 ) from None
         return root
 
@@ -150,7 +150,7 @@ def expect_args(call: Call, names: list[str], optional: int = 0) -> None:
     if len(call.args) > len(names):
         extra = call.args[len(names)]
         raise UsageError(
-            f"unexpected argument {quoted(extra)}"
+            f"unexpected argument {quoted(redact.echo(extra))}"
             + (" (flags go before arguments)" if extra[:1] == "-" else "")
         )
 
