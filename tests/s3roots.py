@@ -8,6 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from publish.layout import ROOT_OBJECT
+from publish.stores.s3 import ROOT_BODY
 from tests.conftest import Result, remember_secret, run_cli
 from tests.servers import S3Server
 
@@ -46,13 +48,15 @@ def client(server: S3Server) -> Any:
 class Root:
     """An s3:// root on one server: a fresh prefix in a shared bucket, with a boto3 client beside it."""
 
-    def __init__(self, server: S3Server, tmp: Path, endpoint: str | None = None) -> None:
+    def __init__(self, server: S3Server, tmp: Path, endpoint: str | None = None, init: bool = True) -> None:
         self.server = server
         self.bucket = server.shared_bucket()
         self.prefix = "run-" + uuid.uuid4().hex[:10]
         self.url = f"s3://{self.bucket}/{self.prefix}"
         self.creds = creds_dir(tmp, server, endpoint)
         self.s3 = client(server)
+        if init:  # as `publish init` makes it: a prefix holding nothing at all is a missing root
+            self.put(ROOT_OBJECT, ROOT_BODY)
 
     def run(self, verb: str, *args: str, env: dict[str, str] | None = None) -> Result:
         return run_cli(verb, "-checkpoint", self.url, "-creds", self.creds, *args, env=env)
@@ -70,13 +74,14 @@ class Root:
             )
 
     def keys(self, under: str = "") -> list[str]:
+        """The keys under the root (below ``under``), relative to it; the root's own object is left out."""
         found: list[str] = []
         pages = self.s3.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=f"{self.prefix}/{under}"
         )
         for page in pages:
             found += [o["Key"][len(self.prefix) + 1 :] for o in page.get("Contents", [])]
-        return sorted(found)
+        return sorted(k for k in found if k != ROOT_OBJECT)
 
     def entries(self) -> list[str]:
         return [k[len("pub/") :] for k in self.keys("pub/")]

@@ -279,9 +279,12 @@ def test_resolve_warns_when_saves_were_never_published(root: Path) -> None:
     save(root, "exec/A/checkpoint-200")
     save(root, "exec/B/step-7")
     (root / "exec" / "B" / "logs").mkdir()
+    (root / "exec" / "B" / "epoch=0-step=50.ckpt").write_bytes(b"PK")  # Lightning's saves are files
+    (root / "exec" / "B" / "notes.txt").write_text("")
+    os.symlink("loop", root / "exec" / "B" / "loop")  # cannot be examined: passed over, not a failure
     r = run_cli("resolve", "-checkpoint", str(root))
     assert (r.code, r.out) == (0, "")
-    assert r.err == "publish: no publication, but exec/ holds 3 save folders: was watch running?\n"
+    assert r.err == "publish: no publication, but exec/ holds 4 saves: was watch running?\n"
 
 
 def test_resolve_with_extra_argument_is_a_usage_error(root: Path) -> None:

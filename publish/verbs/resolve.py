@@ -37,12 +37,14 @@ def newest_first(names: list[str], where: str) -> Iterator[layout.Entry]:
 
 
 def unpublished_saves(dl: Deadline, store: Store) -> int:
-    """How many folders under exec/<attempt>/ look like saves of any framework."""
+    """How many folders (and files: Lightning's ``.ckpt``) under exec/<attempt>/ look like saves of any
+    framework."""
     count = 0
-    for attempt in store.list_folders(dl, EXEC):
-        for child in store.list_folders(dl, f"{EXEC}/{attempt}"):
-            if any(fw.step(child) is not None for fw in FRAMEWORKS.values()):
-                count += 1
+    for attempt in store.list_folders(dl, EXEC, []):
+        folders, files = store.children(dl, f"{EXEC}/{attempt}")
+        for kind, names in (("folders", folders), ("files", files)):
+            rules = [fw for fw in FRAMEWORKS.values() if fw.kind == kind]
+            count += sum(1 for child in names if any(fw.step(child) is not None for fw in rules))
     return count
 
 
@@ -72,7 +74,7 @@ def resolve(dl: Deadline, store: Store, say: Say) -> None:
             say.warn(f"no publication; could not look for unpublished saves: {e}")
             return
         if n:
-            say.warn(f"no publication, but {EXEC}/ holds {n} save folders: was watch running?")
+            say.warn(f"no publication, but {EXEC}/ holds {n} saves: was watch running?")
 
 
 class Resolve(common.Command):
