@@ -7,24 +7,21 @@ export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 publish() { python3 -m publish "$@"; }
 # In a real job script this is just `publish`, the binary on PATH.
 
-export CHECKPOINT=${1:-$(mktemp -d "${TMPDIR:-/tmp}/publish-demo.XXXXXX")}
-mkdir -p "$CHECKPOINT"
+export CHECKPOINT=${1:-$(mktemp -d -u "${TMPDIR:-/tmp}/publish-demo.XXXXXX")}
+publish init                                      # once, when a run starts: makes the root
 echo "== checkpoint root: $CHECKPOINT"
 
 job() {
-  export DISPATCH_ATTEMPT=$1 DISPATCH_EPOCH=$2
-  echo "== job: attempt $DISPATCH_ATTEMPT, epoch $DISPATCH_EPOCH"
-  resume=$(publish resolve)                       # the job script's first line
-  echo "   resolve -> ${resume:-nothing (fresh start)}"
-  python3 -m publish watch -framework hf -interval 200ms &   # publishes each save once it is whole
-  watcher=$!
-  python3 "$here/examples/tiny_trainer.py" "$CHECKPOINT/exec/$DISPATCH_ATTEMPT" ${resume:+--resume "$resume"}
-  kill -TERM "$watcher"                           # watch scans once more, then exits
-  wait "$watcher"
-  publish prune -keep 2
+  echo "== job: attempt $1, epoch $2"
+  # What a job script does (examples/slurm_run.sh): resolve, run the trainer while publishing each save
+  # once it is whole, scan once more after it exits, keep the newest two.  The trainer writes into
+  # $PUBLISH_SAVES and gets --resume SAVE when there is a save to resume from.
+  publish run -framework hf -interval 200ms -keep 2 -attempt "$1" -epoch "$2" -resume-arg=--resume \
+    -- python3 "$here/examples/tiny_trainer.py"
 }
 
-job A 0
-job B 1
+job A 1
+job B 2
 echo "== resolve after both jobs: $(publish resolve)"
-echo "== publications:"; ls "$CHECKPOINT/pub"
+echo "== publish status:"
+publish status
