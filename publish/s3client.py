@@ -253,12 +253,13 @@ class S3Client:
                 if token:
                     query.append(("continuation-token", token))
                 a = self._idempotent("list", prefix, None, "GET", query, limit=LIST_LIMIT, deadline=deadline)
-                keys, prefixes, sizes, truncated, token = s3xml.listing(thing, a.body)
+                keys, prefixes, sizes, modified, truncated, token = s3xml.listing(thing, a.body)
                 s3xml.check_page(thing, prefix, delimiter, keys, prefixes)
                 seen.add(keys, prefixes)
                 out.keys += keys
                 out.prefixes += prefixes
                 out.sizes += sizes
+                out.modified += modified
                 page += 1
                 if not truncated:
                     return out

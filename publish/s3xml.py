@@ -20,13 +20,15 @@ if TYPE_CHECKING:
 class Listing:
     """What a LIST returned: keys and common prefixes, decoded, in the server's order."""
 
-    __slots__ = ("keys", "prefixes", "sizes", "truncated")
+    __slots__ = ("keys", "prefixes", "sizes", "modified", "truncated")
 
     def __init__(self) -> None:
         self.keys: list[str] = []
         self.prefixes: list[str] = []
         #: The size of each key, in the order of ``keys`` (-1 where the store sent none).
         self.sizes: list[int] = []
+        #: The LastModified text of each key, in the order of ``keys`` ("" where the store sent none).
+        self.modified: list[str] = []
         #: True when the store had more to list than the pages asked for.
         self.truncated = False
 
@@ -104,9 +106,9 @@ def _parse_xml(body: bytes) -> Element | None:
     return top[0] if top else None
 
 
-def listing(thing: str, body: bytes) -> tuple[list[str], list[str], list[int], bool, str]:
-    """(keys, common prefixes, sizes of the keys, truncated, next token) of one ListObjectsV2 page, decoded;
-    ``thing`` is the prefix's URL, which a fault names."""
+def listing(thing: str, body: bytes) -> tuple[list[str], list[str], list[int], list[str], bool, str]:
+    """(keys, common prefixes, sizes of the keys, their LastModified texts, truncated, next token) of one
+    ListObjectsV2 page, decoded; ``thing`` is the prefix's URL, which a fault names."""
     root = _parse_xml(body)
     if root is None or root.tag != "ListBucketResult":
         raise StoreError("the store sent an answer that is not a listing", op="list", thing=thing)
@@ -144,6 +146,7 @@ def listing(thing: str, body: bytes) -> tuple[list[str], list[str], list[int], b
         each("Contents", "Key"),
         each("CommonPrefixes", "Prefix"),
         [size(elem) for elem in _children(root, "Contents")],
+        [_text(elem, "LastModified")[:64] for elem in _children(root, "Contents")],
         truncated == "true",
         _text(root, "NextContinuationToken"),
     )

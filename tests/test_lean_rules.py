@@ -109,9 +109,14 @@ def page(contents: str, truncated: str = "false") -> bytes:
 
 
 def test_listing_joins_text_that_expat_hands_over_in_pieces() -> None:
-    body = page("<Contents><Key>a&amp;b&lt;c<![CDATA[&d]]>&#233;</Key><Size>7</Size></Contents>")
-    keys, prefixes, sizes, truncated, token = s3xml.listing("s3://b/", body)
-    assert (keys, prefixes, sizes, truncated, token) == (["a&b<c&dé"], [], [7], False, "")
+    body = page(
+        "<Contents><Key>a&amp;b&lt;c<![CDATA[&d]]>&#233;</Key><Size>7</Size>"
+        "<LastModified>2026-12-02T06:00:01.500Z</LastModified></Contents>"
+    )
+    keys, prefixes, sizes, modified, truncated, token = s3xml.listing("s3://b/", body)
+    assert (keys, prefixes, sizes, modified, truncated, token) == (
+        ["a&b<c&dé"], [], [7], ["2026-12-02T06:00:01.500Z"], False, ""
+    )
 
 
 def test_listing_text_is_what_comes_before_the_first_child() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -95,6 +96,8 @@ def expected(root: str, keep: int | None) -> dict[str, Any]:
         if keep is None
         else {
             "keep": keep,
+            "keep_every": None,
+            "keep_within": None,
             "entries": [layout.name(0, 1, "exec/A/checkpoint-1"), layout.name(0, 2, "exec/A/checkpoint-2")],
             "lines": [
                 f"would remove {loc('exec/old/checkpoint-0')}",
@@ -117,9 +120,15 @@ def posix_root(tmp_path: Path) -> Path:
 
 
 def doc(r: Result) -> dict[str, Any]:
+    """The document, each publication's ``time`` and ``age`` checked for their form and taken out (the
+    tests that check their values are in tests/test_retention.py)."""
     assert (r.code, r.err) == (0, ""), r.err
     assert len(r.lines) == 1  # one JSON document on one line
     parsed: dict[str, Any] = json.loads(r.out)
+    for pub in parsed["publications"]:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", pub.pop("time"))
+        age = pub.pop("age")
+        assert isinstance(age, (int, float)) and age >= 0
     return parsed
 
 

@@ -87,6 +87,11 @@ class Store(Protocol):
         """
         ...
 
+    def entry_times(self, dl: Deadline) -> dict[str, float]:
+        """Every name directly in pub/ (as list_entries lists them) and the time its entry was made, in
+        seconds since the epoch: POSIX its file's mtime, S3 its LastModified (one LIST, as list_entries)."""
+        ...
+
     def create_entry(self, dl: Deadline, name: str) -> bool:
         """Create the empty entry ``pub/<name>`` exclusively, durable before returning.
 

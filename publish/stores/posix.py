@@ -99,6 +99,27 @@ class PosixStore(PosixFiles):
         finally:
             os.close(fd)
 
+    def entry_times(self, dl: Deadline) -> dict[str, float]:
+        names = self.list_entries(dl)  # the same refusals
+        root_fd = self._open_root()
+        try:
+            fd = self._open_top(root_fd, PUB)
+        finally:
+            os.close(root_fd)
+        if fd is None:
+            return {}
+        times = {}
+        try:
+            for name in names:
+                st = fsops.lstat_at(fd, name)
+                if st is not None:  # removed since it was listed: gone from the answer too
+                    times[name] = st.st_mtime
+        except OSError as e:
+            raise FileError(self._full(PUB), e) from None
+        finally:
+            os.close(fd)
+        return times
+
     def create_entry(self, dl: Deadline, name: str) -> bool:
         if len(name.encode("utf-8")) > POSIX_NAME_MAX:
             raise Failure(

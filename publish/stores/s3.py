@@ -90,6 +90,25 @@ class S3Store:
         listing = self.client.list(pub, deadline=dl)  # the client refuses a key outside pub/
         return [k[len(pub) :] for k in listing.keys if k != pub]
 
+    def entry_times(self, dl: Deadline) -> dict[str, float]:
+        from publish.timestamps import iso8601
+
+        pub = self.key(PUB) + "/"
+        listing = self.client.list(pub, deadline=dl)
+        times = {}
+        for key, modified in zip(listing.keys, listing.modified):
+            if key == pub:
+                continue
+            try:
+                times[key[len(pub) :]] = iso8601(modified)
+            except ValueError:
+                raise StoreError(
+                    f"the store listed {shown(key)} without a LastModified time it could read",
+                    op="list",
+                    thing=self.location(PUB) + "/",
+                ) from None
+        return times
+
     def create_entry(self, dl: Deadline, name: str) -> bool:
         key = self.key(f"{PUB}/{name}")
         size = len(key.encode("utf-8"))

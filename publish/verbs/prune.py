@@ -15,15 +15,55 @@ from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from publish.flags import Flag, FlagSet
+
 #: How many finished tombstones are dropped at once (one fsync of tomb/ on POSIX).
 TOMB_BATCH = 512
 
 
-def split(entries: list[layout.Entry], keep: int) -> tuple[list[layout.Entry], list[layout.Entry]]:
-    """The entries to remove (oldest first) and the latest ``keep`` (at least one) that stay."""
+class Policy:
+    """Which entries stay: the latest ``keep`` (at least one, so the newest always stays), and also those whose
+    step is a multiple of ``every`` (0: none) and those made within ``within`` seconds before ``now`` (None:
+    none), by ``times`` (entry name to seconds since the epoch, Store.entry_times)."""
+
+    __slots__ = ("keep", "every", "within", "times", "now")
+
+    def __init__(
+        self,
+        keep: int,
+        every: int = 0,
+        within: float | None = None,
+        times: dict[str, float] | None = None,
+        now: float = 0.0,
+    ) -> None:
+        self.keep = keep
+        self.every = every
+        self.within = within
+        self.times = times or {}
+        self.now = now
+
+    def also_kept(self, entry: layout.Entry) -> bool:
+        if self.every and entry.step % self.every == 0:
+            return True
+        if self.within is not None:
+            made = self.times.get(entry.name)
+            return made is not None and self.now - made <= self.within
+        return False
+
+
+def split(entries: list[layout.Entry], keep: int | Policy) -> tuple[list[layout.Entry], list[layout.Entry]]:
+    """The entries to remove (oldest first) and those that stay: the latest ``keep`` (at least one), and
+    what a :class:`Policy` also keeps.  O(n log n)."""
+    policy = keep if isinstance(keep, Policy) else Policy(keep)
     ordered = layout.oldest_first(entries)
-    cut = max(len(ordered) - max(keep, 1), 0)
-    return ordered[:cut], ordered[cut:]
+    cut = max(len(ordered) - max(policy.keep, 1), 0)
+    gone: list[layout.Entry] = []
+    kept = ordered[cut:]
+    for entry in ordered[:cut]:
+        (kept if policy.also_kept(entry) else gone).append(entry)
+    return gone, kept
 
 
 def unrelated(gone: list[layout.Entry], kept: layout.Nest) -> list[str]:
@@ -38,7 +78,7 @@ def unrelated(gone: list[layout.Entry], kept: layout.Nest) -> list[str]:
     return folders
 
 
-def plan(entries: list[layout.Entry], keep: int) -> tuple[list[layout.Entry], list[str]]:
+def plan(entries: list[layout.Entry], keep: int | Policy) -> tuple[list[layout.Entry], list[str]]:
     """The entries to remove, and the folders to remove after them (oldest first, each once).
 
     The latest ``keep`` entries stay; a folder stays while a remaining entry names it, a folder inside it or
@@ -53,7 +93,7 @@ class Schedule:
 
     __slots__ = ("gone", "folders", "recorded", "stale", "resumed")
 
-    def __init__(self, entries: list[layout.Entry], tombs: list[str], keep: int) -> None:
+    def __init__(self, entries: list[layout.Entry], tombs: list[str], keep: int | Policy) -> None:
         self.gone, kept_entries = split(entries, keep)
         kept = layout.Nest([k.path for k in kept_entries])
         self.folders = unrelated(self.gone, kept)
@@ -68,17 +108,26 @@ class Schedule:
         return self.resumed + self.folders
 
 
-def read_schedule(dl: Deadline, store: Store, keep: int) -> Schedule:
-    """Check the root and read pub/ and tomb/ as prune does (the same Failures), and plan the prune."""
+def read_schedule(dl: Deadline, store: Store, keep: int | Policy) -> Schedule:
+    """Check the root and read pub/ and tomb/ as prune does (the same Failures), and plan the prune.  A
+    policy with ``within`` reads the entries' times (the same one LIST on S3)."""
     store.check_root(dl)
-    entries = layout.parse_all(store.list_entries(dl), store.location(PUB))
+    if isinstance(keep, Policy) and keep.within is not None:
+        import time
+
+        keep.times = store.entry_times(dl)
+        keep.now = time.time()
+        names = list(keep.times)
+    else:
+        names = store.list_entries(dl)
+    entries = layout.parse_all(names, store.location(PUB))
     tombs = layout.parse_tombs(store.list_tombs(dl), store.location(TOMB))
     if not entries and not tombs:
         store.check_exists(dl)
     return Schedule(entries, tombs, keep)
 
 
-def prune(dl: Deadline, store: Store, say: Say, keep: int, dry_run: bool = False) -> None:
+def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: bool = False) -> None:
     """Prune the root, finishing first what an interrupted prune recorded in tomb/.
 
     ``dry_run``: the same reads and checks, then ``would remove <location>`` per folder the prune would
@@ -180,7 +229,7 @@ def _link_on_path(store: Store, folder: str) -> str:
 
 class Prune(common.Command):
     name = "prune"
-    synopsis = f"publish prune {common.ROOT_FLAGS} [-keep 3] [-dry-run]"
+    synopsis = f"publish prune {common.ROOT_FLAGS} [-keep 3] [-keep-every K] [-keep-within D] [-dry-run]"
     summary = "remove all but the latest publications and the folders only they named"
 
     def __init__(self) -> None:
@@ -191,12 +240,27 @@ class Prune(common.Command):
         self.dry_run = self.fs.boolean(
             "dry-run", False, "print what would be removed (would remove <location>), remove nothing"
         )
+        self.keep_every, self.keep_within = policy_flags(self.fs)
 
     def run(self, call: common.Call) -> int:
         common.expect_args(call, [])
         store = self.open(call, self.root(call)).store
-        prune(self.deadline(call), store, call.say, self.keep.value, dry_run=self.dry_run.value)
+        policy = policy_of(self.keep.value, self.keep_every, self.keep_within)
+        prune(self.deadline(call), store, call.say, policy, dry_run=self.dry_run.value)
         return 0
+
+
+def policy_flags(fs: FlagSet) -> tuple[Flag[int], Flag[float]]:
+    """-keep-every and -keep-within, for prune, run and status."""
+    every = fs.integer(
+        "keep-every", 0, "also keep the publications whose step is a multiple of `K`", minimum=1, int64=True
+    )
+    within = fs.duration("keep-within", 0.0, "also keep the publications made within the duration `D`")
+    return every, within
+
+
+def policy_of(keep: int, every: Flag[int], within: Flag[float]) -> Policy:
+    return Policy(keep, every.value if every.is_set else 0, within.value if within.is_set else None)
 
 
 COMMAND = Prune

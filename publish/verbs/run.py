@@ -21,6 +21,7 @@ from publish.layout import EXEC
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
+from publish.verbs.prune import Policy, policy_flags, policy_of
 from publish.verbs.resolve import resolve
 from publish.verbs.slurm import LIVE, Batch, signame
 from publish.verbs.watch import SignalStop, Watcher, _bounded
@@ -169,7 +170,7 @@ def run(
     interval: float,
     timeout: float,
     signals: Signals,
-    keep: int | None = None,
+    keep: int | Policy | None = None,
     resume_arg: str = "",
     requeue: bool = False,
     launch: Launch | None = None,
@@ -276,7 +277,7 @@ def _finish(
     status: int,
     fault: bool,
     scanned: tuple[Store, Deadline] | None,
-    keep: int | None,
+    keep: int | Policy | None,
     requeue: bool,
     batch: Batch | None,
 ) -> int:
@@ -314,7 +315,7 @@ class Run(common.SavesCommand):
     name = "run"
     synopsis = (
         f"publish run {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] "
-        "[-keep N] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]"
+        "[-keep N [-keep-every K] [-keep-within D]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]"
     )
     summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"
     attempt_usage = "the execution `A`: saves go to ROOT/exec/A (env DISPATCH_ATTEMPT; default: from Slurm's job, else unique)"
@@ -325,6 +326,7 @@ class Run(common.SavesCommand):
         fs = self.fs
         keep = "after COMMAND exits, prune to the latest `N` (default: no prune)"
         self.keep = fs.custom("keep", None, keep, lambda t: parse_decimal(t, minimum=1), "N")
+        self.keep_every, self.keep_within = policy_flags(fs)
         resume = "when there is a save, append `FLAG` and its location to COMMAND"
         self.resume_arg = fs.string("resume-arg", "", resume)
         sig = "a `SIG` passed on as SIGTERM and SIGINT are (e.g. USR1)"
@@ -352,7 +354,12 @@ class Run(common.SavesCommand):
         store = self.open(call, root, renew=True).store
         dl = self.deadline(call)
         signals = call.stop if isinstance(call.stop, Signals) else Signals()
-        keep, resume_arg, requeue = self.keep.value, self.resume_arg.value, self.requeue.value
+        resume_arg, requeue = self.resume_arg.value, self.requeue.value
+        keep = (
+            None if self.keep.value is None else policy_of(self.keep.value, self.keep_every, self.keep_within)
+        )
+        if keep is None and (self.keep_every.is_set or self.keep_within.is_set):
+            raise UsageError("-keep-every and -keep-within apply to the prune -keep N asks for: give -keep")
         return run(
             dl, store, call.say, framework, attempt, epoch, call.args, env=call.env, root=root.text,
             interval=self.interval.value, timeout=timeout, signals=signals, keep=keep, resume_arg=resume_arg,

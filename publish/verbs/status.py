@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from publish import layout
 from publish.deadline import Deadline
-from publish.errors import Failure, FileError, StoreError
+from publish.errors import Failure, FileError, StoreError, UsageError
 from publish.frameworks import FRAMEWORKS
 from publish.layout import EXEC, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
-from publish.verbs.prune import Schedule, would_remove
+from publish.verbs.prune import Policy, Schedule, policy_flags, policy_of, would_remove
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,10 +42,16 @@ def _check(dl: Deadline, store: Store, framework: str, path: str, step: int) -> 
     return ("complete" if whole else "incomplete"), ""
 
 
-def collect(dl: Deadline, store: Store, keep: int | None) -> dict[str, Any]:
+def collect(dl: Deadline, store: Store, keep: int | Policy | None) -> dict[str, Any]:
     """The status document (README: "publish status -json")."""
+    import time
+
+    from publish.timestamps import rfc3339
+
     store.check_root(dl)
-    entries = layout.parse_all(store.list_entries(dl), store.location(PUB))
+    times = store.entry_times(dl)  # the same one LIST on S3 as the names alone
+    now = time.time()
+    entries = layout.parse_all(list(times), store.location(PUB))
     tombs = layout.parse_tombs(store.list_tombs(dl), store.location(TOMB))
     if not entries and not tombs:
         store.check_exists(dl)
@@ -59,6 +65,8 @@ def collect(dl: Deadline, store: Store, keep: int | None) -> dict[str, Any]:
             "path": e.path,
             "location": store.location(e.path),
             "exists": store.holds(dl, e.path),
+            "time": rfc3339(times[e.name]),  # when the entry was made: its file's mtime, its LastModified
+            "age": round(max(now - times[e.name], 0.0), 3),  # seconds
         }
         for e in sorted(entries, key=layout.Entry.key, reverse=True)
     ]
@@ -124,16 +132,21 @@ def collect(dl: Deadline, store: Store, keep: int | None) -> dict[str, Any]:
         "prune": None,
     }
     if keep is not None:
+        if isinstance(keep, Policy) and keep.within is not None:
+            keep.times, keep.now = times, now
         sched = Schedule(entries, tombs, keep)
+        policy = keep if isinstance(keep, Policy) else Policy(keep)
         doc["prune"] = {
-            "keep": keep,
+            "keep": policy.keep,
+            "keep_every": policy.every or None,
+            "keep_within": policy.within,
             "entries": [e.name for e in sched.gone],
             "lines": would_remove(dl, store, sched),
         }
     return doc
 
 
-def status(dl: Deadline, store: Store, say: Say, keep: int | None, as_json: bool = False) -> None:
+def status(dl: Deadline, store: Store, say: Say, keep: int | Policy | None, as_json: bool = False) -> None:
     """Print the status document, as one JSON line or as text for a person."""
     doc = collect(dl, store, keep)
     if as_json:
@@ -179,14 +192,21 @@ def text(doc: dict[str, Any]) -> list[str]:
     lines += [f"  {shown(t['location'])}" for t in doc["tombstones"]]
     plan = doc["prune"]
     if plan is not None:
-        lines.append(f"prune -keep {plan['keep']} would remove entries: {len(plan['entries'])}, and:")
+        policy = f"-keep {plan['keep']}"
+        if plan["keep_every"]:
+            policy += f" -keep-every {plan['keep_every']}"
+        if plan["keep_within"] is not None:
+            from publish.gocompat import format_duration
+
+            policy += f" -keep-within {format_duration(plan['keep_within'])}"
+        lines.append(f"prune {policy} would remove entries: {len(plan['entries'])}, and:")
         lines += [f"  {line}" for line in plan["lines"]]
     return lines
 
 
 class Status(common.Command):
     name = "status"
-    synopsis = f"publish status {common.ROOT_FLAGS} [-keep N] [-json]"
+    synopsis = f"publish status {common.ROOT_FLAGS} [-keep N [-keep-every K] [-keep-within D]] [-json]"
     summary = "show what a root holds: publications, unpublished saves, leftovers, pending prunes"
 
     def __init__(self) -> None:
@@ -195,15 +215,18 @@ class Status(common.Command):
             "keep", 0, "also show what prune -keep `N` would remove", minimum=1, int64=True
         )
         self.json = self.fs.boolean("json", False, "print one JSON document (version 1) instead of text")
+        self.keep_every, self.keep_within = policy_flags(self.fs)
 
     def run(self, call: common.Call) -> int:
         common.expect_args(call, [])
+        if not self.keep.is_set and (self.keep_every.is_set or self.keep_within.is_set):
+            raise UsageError("-keep-every and -keep-within apply to the prune -keep N shows: give -keep")
         store = self.open(call, self.root(call)).store
         status(
             self.deadline(call),
             store,
             call.say,
-            self.keep.value if self.keep.is_set else None,
+            policy_of(self.keep.value, self.keep_every, self.keep_within) if self.keep.is_set else None,
             as_json=self.json.value,
         )
         return 0
