@@ -115,7 +115,12 @@ def test_listing_joins_text_that_expat_hands_over_in_pieces() -> None:
     )
     keys, prefixes, sizes, modified, truncated, token = s3xml.listing("s3://b/", body)
     assert (keys, prefixes, sizes, modified, truncated, token) == (
-        ["a&b<c&dé"], [], [7], ["2026-12-02T06:00:01.500Z"], False, ""
+        ["a&b<c&dé"],
+        [],
+        [7],
+        ["2026-12-02T06:00:01.500Z"],
+        False,
+        "",
     )
 
 
