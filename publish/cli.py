@@ -18,7 +18,7 @@ TYPE_CHECKING = (
 )
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Callable, TextIO
+    from typing import Callable, NoReturn, TextIO
 
     from publish.verbs.common import Command, Trap
     from publish.verbs.watch import Stop
@@ -177,7 +177,45 @@ def run() -> int:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="surrogateescape")
-    try:
-        return main(sys.argv[1:], os.environ, sys.stdout, sys.stderr, keep_traps=True)
-    except BrokenPipeError:
-        return 1
+    # A write to a closed stdout or stderr (`publish status | head -1`) ends the process as it ends a Go
+    # program: by SIGPIPE, without a word.  Python ignores SIGPIPE (so a socket's EPIPE is an error, as it must
+    # be); only these two streams end the process.  Installed as sys.stdout and sys.stderr, so the flush at
+    # exit goes through them too.
+    out: TextIO = _Closable(sys.stdout)  # type: ignore[assignment]
+    err: TextIO = _Closable(sys.stderr)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = out, err
+    return main(sys.argv[1:], os.environ, out, err, keep_traps=True)
+
+
+class _Closable:
+    """A standard stream whose write or flush to a closed pipe ends the process by SIGPIPE (exit status 141
+    in a shell), as Go's runtime ends a program that writes to a closed fd 1 or 2."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            _closed()
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _closed()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+def _closed() -> NoReturn:
+    """End the process by SIGPIPE; from a thread other than the main one, which cannot set a signal's
+    disposition, with the exit status a shell shows for that (128 + 13)."""
+    import signal
+
+    if _main_thread():
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGPIPE)
+    os._exit(128 + signal.SIGPIPE)

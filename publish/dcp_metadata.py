@@ -18,7 +18,7 @@ from __future__ import annotations
 from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import Failure
 from publish.layout import clean_relative
-from publish.redact import shown
+from publish.redact import quoted, shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,9 +26,12 @@ if TYPE_CHECKING:
 
 #: A .metadata over this is refused (a save with millions of items stays far below it).
 LIMIT = 64 * 1024 * 1024
-#: A .metadata up to this size is read in the process: its worst case (a dict whose keys collide) takes
-#: milliseconds.  A larger one is read in a forked child under the deadline (publish.forked): 560 KB of
-#: colliding keys held the interpreter for 20 s in one C call.
+#: A .metadata up to this size is read in the process, by the guarded reader: a few milliseconds whatever it
+#: holds, in Python code between whose steps a signal handler runs.  (The C reader was used before, and a
+#: few hundred bytes made one of its calls last for ever: a key built of 2^40 shared tuples to hash, or a
+#: memo index of 10^9 that it allocates and zeroes 8 bytes per index for.)  A larger one is read in a forked
+#: child under the deadline (publish.forked): 560 KB of colliding keys held the interpreter for 20 s in one C
+#: call.
 IN_PROCESS = 16 * 1024
 #: The C reader reads a real .metadata at about 9 MB/s here: one given FAST_BASE seconds plus a second per
 #: FAST_RATE bytes (ten times that) and not done has dicts whose keys collide, and is read again by the
@@ -53,13 +56,13 @@ _ALLOWED = frozenset(
         # an Enum member pickled by name (TensorProperties' memory format, on some Python 3.11 releases):
         # getattr(<the enum's record>, "NAME"), which here only builds one more record
         ("builtins", "getattr"),
-        # StorageMeta.checkpoint_id is the path the writer was given, often a pathlib.Path
-        ("pathlib", "Path"),
-        ("pathlib", "PosixPath"),
-        ("pathlib", "PurePosixPath"),
-        ("pathlib", "WindowsPath"),
-        ("pathlib", "PureWindowsPath"),
     )
+) | frozenset(
+    # StorageMeta.checkpoint_id is the path the writer was given, often a pathlib.Path: its class is pickled
+    # as pathlib.X up to Python 3.12, as pathlib._local.X from 3.13 on (where the classes moved)
+    (module, name)
+    for module in ("pathlib", "pathlib._local")
+    for name in ("Path", "PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath")
 )
 
 _METADATA = ("torch.distributed.checkpoint.metadata", "Metadata")
@@ -151,6 +154,20 @@ def _plain_key(key: object) -> bool:
     return kind in (str, bytes, bool, type(None)) or isinstance(key, _Record)
 
 
+class _Memo(dict):  # type: ignore[type-arg]
+    """The guarded reader's memo: an index a text PUT gives is below 2^61-1, so no two hash alike (a memo of
+    indices that collide would fill in quadratic time)."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.where = where
+
+    def __setitem__(self, key: int, value: object) -> None:
+        if not 0 <= key < _P61:
+            raise Failure(f"{self.where}: does not read as a DCP .metadata: a memo index of 2^61-1 or more")
+        super().__setitem__(key, value)
+
+
 def _guarded(base: type[Any], where: str) -> dict[int, Any]:
     """The pure-Python unpickler's opcodes, with every dict key and set item checked first to be one whose
     hash a file cannot collide (:func:`_plain_key`): a dict or set then fills in linear time."""
@@ -177,7 +194,32 @@ def _guarded(base: type[Any], where: str) -> dict[int, Any]:
 
         return run
 
+    def short(op: Any, most: int) -> Any:
+        """``op`` reading a text number of at most ``most`` bytes: int() of a longer one takes time quadratic
+        in its digits before Python 3.11 (a DCP save writes binary numbers only)."""
+
+        def run(self: Any) -> None:
+            readline = self.readline
+
+            def bounded() -> bytes:
+                line: bytes = readline()
+                if len(line) > most:
+                    raise Failure(
+                        f"{where}: does not read as a DCP .metadata: a text number of {len(line) - 1} bytes"
+                    )
+                return line
+
+            self.readline = bounded
+            try:
+                op(self)
+            finally:
+                self.readline = readline
+
+        return run
+
     dispatch = dict(base.dispatch)
+    for code, most in ((b"I", 64), (b"L", 64), (b"p", 20), (b"g", 20)):
+        dispatch[code[0]] = short(base.dispatch[code[0]], most)
     for code, step, at in (
         (b"s", 1, -2),
         (b"u", 2, None),
@@ -202,6 +244,10 @@ def _load(data: bytes, where: str, guarded: bool = False) -> object:
     class Reader(base):  # type: ignore[misc]
         if guarded:
             dispatch = _guarded(base, where)
+
+            def __init__(self, file: Any) -> None:
+                super().__init__(file)
+                self.memo = _Memo(where)
 
         def find_class(self, module: str, name: str) -> type[_Record]:
             if not _allowed(module, name):
@@ -259,7 +305,7 @@ def _fields(record: object, what: str, where: str) -> dict[object, object]:
 
 
 def _count(value: object, what: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 63:
         raise Failure(f"{where}: {what} is not a byte count")
     return value
 
@@ -272,7 +318,7 @@ def storage_ends(data: bytes, where: str, deadline: Deadline = UNBOUNDED) -> dic
     from publish import forked
 
     if len(data) <= IN_PROCESS:
-        return _ends(data, where)
+        return _ends(data, where, guarded=True)
     if not forked.available():
         return _ends(data, where, guarded=True)  # linear, though the deadline cannot stop it
     fast = Deadline(FAST_BASE + len(data) / FAST_RATE)
@@ -342,8 +388,15 @@ def _ends(data: bytes, where: str, guarded: bool = False) -> dict[str, int]:
             raise Failure(f"{where}: a storage_data value is not a _StorageInfo")
         fields = _fields(info, "a _StorageInfo", where)
         path = fields.get("relative_path")
-        if not isinstance(path, str) or not path or not clean_relative(path):
-            raise Failure(f"{where}: a storage file's relative_path {path!r} is not a clean relative path")
+        if not isinstance(path, str):
+            # named by its type alone: the repr of what a file holds can be made as long as 2^n for n bytes
+            raise Failure(
+                f"{where}: a storage file's relative_path is not a path (it is of type {type(path).__name__})"
+            )
+        if not path or not clean_relative(path):
+            raise Failure(
+                f"{where}: a storage file's relative_path {quoted(path)} is not a clean relative path"
+            )
         end = _count(fields.get("offset"), f"{path}'s offset", where) + _count(
             fields.get("length"), f"{path}'s length", where
         )

@@ -5,7 +5,8 @@ built from ``_ssl``'s constants) costs an https:// start more CPU than the hands
 (docs/perf-startup.md).  What the client needs of it is small, and every check that matters is ``_ssl``'s
 own C code, the same code ``ssl.SSLContext`` runs: a ``PROTOCOL_TLS_CLIENT`` context verifies the chain
 (``CERT_REQUIRED``) and the host name (``check_hostname``, set through OpenSSL's X509_VERIFY_PARAM before the
-handshake), with CPython's default ciphers and options.  This module adds TLS 1.2 at least, refuses a
+handshake), with CPython's default ciphers and options, and the verify flags ``ssl.create_default_context()``
+sets on this Python (:data:`DEFAULT_VERIFY_FLAGS`).  This module adds TLS 1.2 at least, refuses a
 context that would not verify, and wraps a connection over a ``_socket.socket`` or over memory BIOs (TLS inside
 a proxy's tunnel).  A lost connection without TLS close_notify reads as the end of the stream, as ``ssl``'s
 ``suppress_ragged_eofs`` does; the HTTP layer then refuses a body shorter than its framing says.
@@ -15,12 +16,22 @@ from __future__ import annotations
 
 import _socket
 import _ssl
+import sys
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from typing import Any
 
     Context = Any
+
+#: What ssl.create_default_context() adds to a PROTOCOL_TLS_CLIENT context's verify flags on this Python:
+#: from 3.13 on, VERIFY_X509_STRICT (RFC 5280's rules: a CA's keyUsage, a leaf's Authority Key Identifier...)
+#: and VERIFY_X509_PARTIAL_CHAIN (a trusted intermediate is an anchor).  A table by version, not read from
+#: ssl at run time: importing ssl costs 30-100 ms of start-up, more than the handshake.  tests/test_tls_flags.py
+#: checks it against create_default_context() on every supported version, so a new default is noticed.
+DEFAULT_VERIFY_FLAGS = (
+    _ssl.VERIFY_X509_PARTIAL_CHAIN | _ssl.VERIFY_X509_STRICT if sys.version_info >= (3, 13) else 0
+)
 
 Error = _ssl.SSLError
 CertVerificationError = _ssl.SSLCertVerificationError
@@ -37,6 +48,7 @@ def client_context() -> Context:
     if not ctx.check_hostname or ctx.verify_mode != _ssl.CERT_REQUIRED:  # CPython sets both for this protocol
         raise RuntimeError("_ssl made a client context that does not verify: refusing to use it")
     ctx.minimum_version = _ssl.PROTO_TLSv1_2
+    ctx.verify_flags |= DEFAULT_VERIFY_FLAGS
     return ctx
 
 

@@ -19,6 +19,7 @@ from publish.deadline import Deadline
 from publish.errors import Failure
 from tests.conftest import REPO, need
 from tests.dcp_shapes import colliding, metadata
+from tests.pythons import SUPPORTED, python
 
 
 def _torch() -> bool:
@@ -445,3 +446,36 @@ def test_without_a_child_the_guarded_reader_reads_in_the_process(
     with pytest.raises(Failure) as e:
         storage_ends(colliding(40_000), "m", Deadline(60))
     assert str(e.value) == COLLIDING
+
+
+# --- StorageMeta.checkpoint_id: the pathlib path as each Python version pickles it
+
+_PATHS = (
+    "import pickle, pathlib, sys\n"
+    "paths = [pathlib.Path('/ckpt/step-1'), pathlib.PurePosixPath('/ckpt'), pathlib.PureWindowsPath('c:/ckpt')]\n"
+    "sys.stdout.buffer.write(pickle.dumps([pickle.dumps(p, protocol=n) for p in paths for n in (2, 4, 5)]))\n"
+)
+
+
+@pytest.mark.parametrize("version", SUPPORTED)
+def test_a_checkpoint_id_path_reads_as_each_python_pickles_it(version: str) -> None:
+    """FileSystemWriter's storage_meta holds the path it was given as a pathlib path; Python 3.13 moved the
+    classes to pathlib._local, and a save written under 3.13 was refused as naming what DCP never holds."""
+    out = subprocess.run(
+        [python(version), "-I", "-c", _PATHS], capture_output=True, timeout=60, check=True
+    ).stdout
+    from tests.dcp_shapes import Obj, Raw
+
+    for path in pickle.loads(out):
+        assert path.startswith(b"\x80") and path.endswith(b".")
+        body = path[2:-1] if path[1] < 4 else path[2:-1].removeprefix(b"\x95" + path[3:11])
+        meta = Obj("torch.distributed.checkpoint.metadata", "StorageMeta", {"checkpoint_id": Raw(body)})
+        data = metadata({"a": {"relative_path": "f", "offset": 0, "length": 1}}, storage_meta=meta)
+        assert storage_ends(data, "m") == {"f": 1}
+        assert dcp_metadata._ends(data, "m") == {"f": 1}  # the C reader, as a child reads a large one
+
+
+@pytest.mark.torch
+def test_a_real_save_names_a_pathlib_path(real_save: Path) -> None:
+    """What the allowlist above is for: torch's FileSystemWriter records the path (under this Python)."""
+    assert re.search(rb"pathlib(\._local)?\x94?.{0,4}PosixPath", (real_save / ".metadata").read_bytes(), re.S)
