@@ -280,3 +280,27 @@ def test_run_exit_status_is_commands_under_a_signal_storm(root: Path) -> None:
         proc.stdout.read()
         codes.append(proc.wait(timeout=60))
     assert codes == [7] * 8
+
+
+def test_a_save_a_cut_prune_was_removing_is_never_published_again(root: Path) -> None:
+    """A prune killed after its entries went and halfway through the folder leaves its tombstone and what is
+    left of the folder, which may still look whole (trainer_state.json left, the weights gone).  Neither
+    watch nor publish may publish it again: resolve would answer a half-removed save.  The next prune
+    finishes removing it."""
+    saves = root / "exec/A"
+    hf_save(saves, 5)
+    hf_save(saves, 9)
+    (saves / "checkpoint-5" / "model.safetensors").unlink()  # removed before the kill
+    (root / "tomb").mkdir()
+    (root / "tomb" / layout.tomb_name("exec/A/checkpoint-5")).touch()
+    r = _watch_once(root, "-framework", "hf", "-attempt", "A", "-interval", "1h")
+    assert r.returncode == 0, r
+    assert "checkpoint-5" not in r.stdout and "checkpoint-9" in r.stdout, r
+    said = f"publish: {saves}/checkpoint-5: a prune was removing it (tomb/ names it, or a folder around or inside it): not published\n"
+    assert r.stderr.count(said) == 1, r
+    p = run_cli("publish", "-checkpoint", str(root), str(saves / "checkpoint-5"), "5")
+    assert p.code == 1 and "a prune was removing it" in p.err and "publish prune" in p.err, p
+    r2 = run_cli("prune", "-checkpoint", str(root), "-keep", "1")
+    assert r2.code == 0 and r2.out == f"removed {saves}/checkpoint-5\n", r2
+    assert not (saves / "checkpoint-5").exists() and not list((root / "tomb").iterdir())
+    assert run_cli("resolve", "-checkpoint", str(root)).out == f"{saves}/checkpoint-9\n"

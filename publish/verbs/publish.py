@@ -27,6 +27,15 @@ def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, p
     return False
 
 
+#: Why a save that a tombstone relates to is never published.
+DOOMED = "a prune was removing it (tomb/ names it, or a folder around or inside it)"
+
+
+def doomed_folders(dl: Deadline, store: Store) -> layout.Nest:
+    """The folders tomb/ names: a save one of them is, lies in or holds is being removed by a prune."""
+    return layout.Nest(layout.parse_tombs(store.list_tombs(dl), store.location(layout.TOMB)))
+
+
 def refuse_reserved(store: Store, path: str, what: str) -> None:
     """Failure naming ``path`` when it is one of the root's own folders (or lies in pub/ or tomb/)."""
     why = layout.reserved(path)
@@ -39,6 +48,8 @@ def publish(dl: Deadline, store: Store, say: Say, path: str, epoch: int, step: i
     store.check_root(dl)
     if not store.holds(dl, path):
         raise Failure(f"save {shown(store.location(path))} does not exist")
+    if doomed_folders(dl, store).related(path):
+        raise Failure(f"save {shown(store.location(path))}: {DOOMED}; run publish prune to finish it first")
     if publish_entry(dl, store, say, epoch, step, path):
         _outranked(dl, store, say, epoch)
 

@@ -6,7 +6,7 @@ import contextlib
 import os
 import threading
 
-from publish import roots
+from publish import layout, roots
 from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import Failure, FileError, StoreError, UsageError
 from publish.frameworks import Framework
@@ -14,7 +14,7 @@ from publish.layout import EXEC, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
-from publish.verbs.publish import publish_entry
+from publish.verbs.publish import DOOMED, doomed_folders, publish_entry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -104,6 +104,7 @@ class Watcher:
             hint = self.framework.unpublishable(folder)
             if hint:
                 self._once(folder, "unpublishable", f"{self._where(folder)}: {hint}")
+        doomed: layout.Nest | None = None  # the folders tomb/ names, read once a save is found whole
         for step, folder in sorted(candidates):
             path = f"{self.saves}/{folder}"
             try:
@@ -123,6 +124,13 @@ class Watcher:
                 self.say.warn(f"{e}: passed over (the other saves are published; run will exit non-zero)")
                 continue
             if whole:
+                if doomed is None:
+                    doomed = doomed_folders(dl, self.store)
+                if doomed.related(path):
+                    # A prune killed while removing it left its tombstone: what is left of it may look whole
+                    # and is not; the next prune finishes removing it.
+                    self._once(folder, "doomed", f"{self._where(folder)}: {DOOMED}: not published")
+                    continue
                 publish_entry(dl, self.store, self.say, self.epoch, step, path)
                 self.done.add(folder)
 
