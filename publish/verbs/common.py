@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from publish.flags import Flag
     from publish.frameworks import Framework
     from publish.verbs import Say
+    from publish.verbs.metrics import Metrics
 
 ROOT_FLAGS = "-checkpoint ROOT [-creds LIST [-proxy URL]] [-timeout 5m]"
 
@@ -240,8 +241,24 @@ class SavesCommand(Command):
             "name",
         )
         self.interval = fs.duration("interval", 10.0, "time between scans")
+        self.metrics = fs.string(
+            "metrics",
+            "",
+            "after every scan, write Prometheus metrics to `FILE` (node_exporter's textfile collector)",
+        )
         self.attempt = fs.string("attempt", "", self.attempt_usage)
         self.epoch = epoch_flag(fs, self.epoch_default)
+
+    def metrics_for(self, call: Call, root: roots.Root) -> Metrics | None:
+        """The metrics -metrics asks for (its file made absolute against the working directory), or None."""
+        if not self.metrics.is_set:
+            return None
+        if not self.metrics.value:
+            raise UsageError("-metrics is empty")
+        from publish.verbs.metrics import Metrics
+
+        path = roots.clean_posix(self.metrics.value, call.cwd)
+        return Metrics(path, root.text)
 
     def chosen(self) -> Framework:
         """The -framework given; it is required."""

@@ -127,11 +127,11 @@ def read_schedule(dl: Deadline, store: Store, keep: int | Policy) -> Schedule:
     return Schedule(entries, tombs, keep)
 
 
-def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: bool = False) -> None:
+def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: bool = False) -> int:
     """Prune the root, finishing first what an interrupted prune recorded in tomb/.
 
     ``dry_run``: the same reads and checks, then ``would remove <location>`` per folder the prune would
-    remove, and nothing written."""
+    remove, and nothing written.  Returns how many folders it removed."""
     sched = read_schedule(dl, store, keep)
     if dry_run:
         for line in would_remove(dl, store, sched):
@@ -139,8 +139,9 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
                 say.out(line)
             else:
                 say.warn(line)
-        return
+        return 0
     folders = sched.folders
+    count = 0
     store.create_tombs(dl, [layout.tomb_name(f) for f in folders if f not in sched.recorded])
     if sched.gone:
         # Entries first: a crash never leaves one naming a missing save.
@@ -158,6 +159,7 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
                 )
             elif result.removed:
                 say.out(f"removed {shown(store.location(folder))}")
+                count += 1
             finished.append(layout.tomb_name(folder))
             if len(finished) >= TOMB_BATCH:
                 store.remove_tombs(dl, finished)
@@ -167,6 +169,7 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
         # prune, which finds the folder gone and drops it.
         if finished:
             store.remove_tombs(dl, finished)
+    return count
 
 
 def would_remove(dl: Deadline, store: Store, sched: Schedule) -> list[str]:

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
     Launch = Callable[[list[str], dict[str, str]], Child]
 
+    from publish.verbs.metrics import Metrics
+
 POLL = 0.1  # how often the exit of COMMAND is looked for while no signal arrives
 
 
@@ -175,6 +177,7 @@ def run(
     requeue: bool = False,
     launch: Launch | None = None,
     batch: Batch | None = None,
+    metrics: Metrics | None = None,
 ) -> int:
     """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish."""
     if requeue and (batch is None or not batch.job):
@@ -199,10 +202,10 @@ def run(
         if resume_arg:
             argv += [resume_arg, resume]
 
-    watcher = Watcher(store, say, framework, saves, epoch, lenient=True)
+    watcher = Watcher(store, say, framework, saves, epoch, lenient=True, metrics=metrics)
     if signals.received:
         say.warn(f"run: stopped by {signame(signals.received[0])} before {argv[0]} started")
-        return _finish(say, status_of(-signals.received[0]), False, None, keep, requeue, batch)
+        return _finish(say, status_of(-signals.received[0]), False, None, keep, requeue, batch, metrics)
     through_srun = batch is not None and bool(batch.job) and is_srun(argv)
     if launch is None:
         child: Child = Process(argv, child_env, batch if through_srun else None)
@@ -248,7 +251,9 @@ def run(
             say.warn(describe(e))
             fault = True
     fault = fault or scanner.fault or watcher.fault
-    return _finish(say, status, fault, (store, last) if last else None, keep, requeue and stopped, batch)
+    return _finish(
+        say, status, fault, (store, last) if last else None, keep, requeue and stopped, batch, metrics
+    )
 
 
 def _pass_on(sig: int, child: Child, batch: Batch | None, say: Say, name: str) -> None:
@@ -280,8 +285,26 @@ def _finish(
     keep: int | Policy | None,
     requeue: bool,
     batch: Batch | None,
+    metrics: Metrics | None = None,
 ) -> int:
     """Prune (after a last scan that finished), requeue when asked, and the exit status."""
+    try:
+        return _prune_and_requeue(say, status, fault, scanned, keep, requeue, batch, metrics)
+    finally:
+        if metrics is not None:
+            metrics.flush(say.warn)
+
+
+def _prune_and_requeue(
+    say: Say,
+    status: int,
+    fault: bool,
+    scanned: tuple[Store, Deadline] | None,
+    keep: int | Policy | None,
+    requeue: bool,
+    batch: Batch | None,
+    metrics: Metrics | None,
+) -> int:
     if keep is not None:
         if scanned is None:
             say.warn("run: prune left out: the last scan did not finish")
@@ -289,7 +312,9 @@ def _finish(
             from publish.verbs.prune import prune
 
             try:
-                prune(scanned[1], scanned[0], say, keep)
+                removed = prune(scanned[1], scanned[0], say, keep)
+                if metrics is not None:
+                    metrics.count("publish_prune_removed_total", removed)
             except Exception as e:
                 say.warn(describe(e))
                 fault = True
@@ -301,6 +326,8 @@ def _finish(
             if state in LIVE:
                 batch.requeue()
                 say.warn(f"run: asked Slurm to requeue job {batch.job}")
+                if metrics is not None:
+                    metrics.count("publish_requeues_total")
             else:
                 say.warn(f"run: job {batch.job} is {state or 'gone'}: not requeued")
         except PublishError as e:
@@ -314,7 +341,7 @@ def _finish(
 class Run(common.SavesCommand):
     name = "run"
     synopsis = (
-        f"publish run {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] "
+        f"publish run {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-metrics FILE] "
         "[-keep N [-keep-every K] [-keep-within D]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]"
     )
     summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"
@@ -351,6 +378,7 @@ class Run(common.SavesCommand):
         batch = Batch(call.env, timeout) if call.env.get("SLURM_JOB_ID") else None
         if self.requeue.value and batch is None:
             raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
+        metrics = self.metrics_for(call, root)
         store = self.open(call, root, renew=True).store
         dl = self.deadline(call)
         signals = call.stop if isinstance(call.stop, Signals) else Signals()
@@ -363,7 +391,7 @@ class Run(common.SavesCommand):
         return run(
             dl, store, call.say, framework, attempt, epoch, call.args, env=call.env, root=root.text,
             interval=self.interval.value, timeout=timeout, signals=signals, keep=keep, resume_arg=resume_arg,
-            requeue=requeue, batch=batch,
+            requeue=requeue, batch=batch, metrics=metrics,
         )  # fmt: skip
 
 

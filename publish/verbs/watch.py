@@ -20,6 +20,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable, Protocol
 
+    from publish.verbs.metrics import Metrics
+
     class Stop(Protocol):
         """What ``watch`` waits on: a ``threading.Event``, or a :class:`SignalStop`."""
 
@@ -71,8 +73,16 @@ class Watcher:
     and passed over, and so is one that a framework recognises but can never publish."""
 
     def __init__(
-        self, store: Store, say: Say, framework: Framework, saves: str, epoch: int, lenient: bool = False
+        self,
+        store: Store,
+        say: Say,
+        framework: Framework,
+        saves: str,
+        epoch: int,
+        lenient: bool = False,
+        metrics: Metrics | None = None,
     ) -> None:
+        self.metrics = metrics
         self.store = store
         self.say = say
         self.framework = framework
@@ -84,7 +94,20 @@ class Watcher:
         self.noted: set[tuple[str, str]] = set()  # (folder, kind) of each hint said, so each is said once
 
     def scan(self, dl: Deadline) -> None:
-        """One scan; its store calls share ``dl``."""
+        """One scan; its store calls share ``dl``.  With metrics, the file is written after it, a failed
+        scan counted."""
+        if self.metrics is None:
+            self._scan(dl)
+            return
+        try:
+            self._scan(dl)
+        except BaseException:
+            self.metrics.count("publish_scan_errors_total")
+            raise
+        finally:
+            self.metrics.flush(self.say.warn)
+
+    def _scan(self, dl: Deadline) -> None:
         candidates = []
         unexamined: list[tuple[str, str]] = []
         listed = (
@@ -121,6 +144,8 @@ class Watcher:
                     raise
                 self.done.add(folder)
                 self.fault = True
+                if self.metrics is not None:
+                    self.metrics.count("publish_scan_errors_total")
                 self.say.warn(f"{e}: passed over (the other saves are published; run will exit non-zero)")
                 continue
             if whole:
@@ -131,7 +156,8 @@ class Watcher:
                     # and is not; the next prune finishes removing it.
                     self._once(folder, "doomed", f"{self._where(folder)}: {DOOMED}: not published")
                     continue
-                publish_entry(dl, self.store, self.say, self.epoch, step, path)
+                if publish_entry(dl, self.store, self.say, self.epoch, step, path) and self.metrics:
+                    self.metrics.published(step)
                 self.done.add(folder)
 
     def _where(self, name: str) -> str:
@@ -181,11 +207,12 @@ def watch(
     interval: float,
     timeout: float,
     stop: Stop,
+    metrics: Metrics | None = None,
 ) -> None:
     """Scan every ``interval`` seconds until ``stop`` is set, then scan once more; each scan's store calls
     get a deadline of ``timeout`` seconds, and the last scan is given up after it."""
     store.check_root(UNBOUNDED)  # S3 sends nothing for it
-    watcher = Watcher(store, say, framework, saves, epoch)
+    watcher = Watcher(store, say, framework, saves, epoch, metrics=metrics)
     while not stop.is_set():
         watcher.scan(Deadline(timeout))
         stop.wait(interval)
@@ -195,7 +222,7 @@ def watch(
 class Watch(common.SavesCommand):
     name = "watch"
     synopsis = (
-        f"publish watch {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] "
+        f"publish watch {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-metrics FILE] "
         "[-epoch N] [-attempt A] [SAVES]"
     )
     summary = "publish each save once it is complete, until SIGTERM or SIGINT"
@@ -223,9 +250,12 @@ class Watch(common.SavesCommand):
             if not attempt:
                 raise UsageError("no SAVES argument and no attempt: give -attempt or set DISPATCH_ATTEMPT")
             saves = f"{EXEC}/{common.check_attempt(attempt)}"
+        metrics = self.metrics_for(call, root)
         store = self.open(call, root, renew=True).store
         stop = call.stop or threading.Event()
-        watch(store, call.say, framework, saves, epoch, self.interval.value, self.timeout.value, stop)
+        watch(
+            store, call.say, framework, saves, epoch, self.interval.value, self.timeout.value, stop, metrics
+        )
         return 0
 
 

@@ -1,0 +1,106 @@
+"""``-metrics FILE`` for watch and run: a Prometheus text-format file for node_exporter's textfile collector,
+written after every scan (and after run's prune and requeue) through a temporary file renamed into place,
+so the collector never reads half a file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+from publish.errors import FileError
+from publish.redact import shown
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
+
+#: (name, type, help) of every series, in the order written.
+SERIES = (
+    (
+        "publish_last_published_step",
+        "gauge",
+        "Step of the newest save this process published (-1 before its first).",
+    ),
+    (
+        "publish_last_published_timestamp_seconds",
+        "gauge",
+        "When this process last published a save (seconds since the epoch), or when it started.",
+    ),
+    ("publish_scan_errors_total", "counter", "Scans that failed (the store, a faulty save passed over)."),
+    ("publish_published_total", "counter", "Saves this process published."),
+    ("publish_prune_removed_total", "counter", "Folders this process's prune removed."),
+    ("publish_requeues_total", "counter", "Requeues this process asked Slurm for."),
+)
+
+
+def label(value: str) -> str:
+    """A label value as the text format writes it: backslash, double quote and line feed escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Metrics:
+    """The counters of one watch or run, and the file they go to (``path``: absolute; "" writes nothing)."""
+
+    def __init__(self, path: str, root: str, clock: float | None = None) -> None:
+        self.path = path
+        self.root = root
+        self.values = {name: 0.0 for name, _, _ in SERIES}
+        self.values["publish_last_published_step"] = -1
+        self.values["publish_last_published_timestamp_seconds"] = time.time() if clock is None else clock
+        self._failed = ""  # the last write's fault, said once
+
+    def published(self, step: int, when: float | None = None) -> None:
+        self.values["publish_published_total"] += 1
+        if step >= self.values["publish_last_published_step"]:
+            self.values["publish_last_published_step"] = step
+        self.values["publish_last_published_timestamp_seconds"] = time.time() if when is None else when
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.values[name] += n
+
+    def text(self) -> str:
+        lines = []
+        root = label(self.root)
+        for name, kind, help_text in SERIES:
+            value = self.values[name]
+            number = repr(float(value)) if name.endswith("_seconds") else str(int(value))
+            lines += [
+                f"# HELP {name} {help_text}",
+                f"# TYPE {name} {kind}",
+                f'{name}{{root="{root}"}} {number}',
+            ]
+        return "\n".join(lines) + "\n"
+
+    def write(self) -> None:
+        """Write the file: a temporary file beside it, renamed into place.  A FileError naming it otherwise."""
+        if not self.path:
+            return
+        folder, _, base = self.path.rpartition("/")
+        tmp = f"{folder}/.{base}.tmp-{os.getpid()}"
+        data = self.text().encode("utf-8")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise FileError(f"-metrics {shown(self.path)}", e) from None
+
+    def flush(self, warn: Callable[[str], None]) -> None:
+        """:meth:`write`, a fault said once on stderr (and once more when it changes) rather than raised: a
+        metrics file that cannot be written never stops publishing."""
+        try:
+            self.write()
+        except FileError as e:
+            if str(e) != self._failed:
+                warn(f"{e} (publishing goes on)")
+            self._failed = str(e)
+        else:
+            self._failed = ""
