@@ -35,7 +35,7 @@ CI = os.environ.get("CI") == "true"
 # profile of that name by itself on CI, for every property test of the suite.
 _MODEL_HEALTH = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 settings.register_profile(
-    "model-ci", max_examples=30, stateful_step_count=25, deadline=None, suppress_health_check=_MODEL_HEALTH
+    "model-ci", max_examples=25, stateful_step_count=25, deadline=None, suppress_health_check=_MODEL_HEALTH
 )
 settings.register_profile(
     "model-long", max_examples=300, stateful_step_count=60, deadline=None, suppress_health_check=_MODEL_HEALTH

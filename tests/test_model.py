@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import assume, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -457,3 +457,32 @@ def test_model_s3(weed: Any, tmp_path: Path) -> None:
     finally:
         proxy.stop()
         weed.remove_identity("model-overlap")
+
+
+@settings(max_examples=1, database=None, deadline=None)
+@given(st.just(None))
+def test_model_posix_a_save_half_removed_by_a_cut_prune(
+    tmp_path_factory: pytest.TempPathFactory, _: None
+) -> None:
+    """One sequence the model found: a prune killed inside a folder's removal leaves trainer_state.json (its
+    files go in name order), a watch of that attempt started again publishes the folder once more, and when
+    the newer save is gone resolve answers with the half-removed one."""
+    restore = fresh_registry()
+    base = tmp_path_factory.mktemp("model")
+
+    class Posix(RootModel):
+        def make_root(self, exists: bool) -> Any:
+            return PosixRoot(base, exists, restore)
+
+    m = Posix()
+    m.start(True)
+    m.trainer_writes("A", 10, "whole", 0)
+    m.trainer_writes("A", 20, "whole", 0)
+    m.watch("A", False)
+    m.promise_kept()
+    m.prune_cut_short(1, 3, False)  # its tombstone, its entry, half of checkpoint-10's files
+    m.promise_kept()
+    m.watch("A", False)
+    m.promise_kept()
+    m.operator_deletes_a_published_save(1)  # checkpoint-20
+    m.promise_kept()
