@@ -107,16 +107,40 @@ def watch_process(args: list[str], secrets: tuple[str, ...]) -> Result:
     """``publish watch`` as a real process: started, left to scan, stopped with SIGTERM; a process that does
     not end within LIMIT of the signal is a hang."""
     w = Watch(*args, "-interval", "100ms")
-    time.sleep(1.0)  # its signal handlers are in place well before this
-    try:
-        code, err = w.stop(signal.SIGTERM, timeout=LIMIT)
-    except subprocess.TimeoutExpired:
-        w.proc.kill()
-        w.proc.wait()
-        raise Hung(f"publish watch {' '.join(args)} did not end within {LIMIT} s of SIGTERM") from None
+    if not _wait_until_caught(w.proc, signal.SIGTERM):
+        if w.proc.poll() is None:
+            w.proc.kill()
+            w.finish()
+            raise Hung(f"publish watch {' '.join(args)} did not set up its SIGTERM handler within {LIMIT} s")
+        code, err = w.finish()  # it ended by itself (a missing root)
+    else:
+        time.sleep(0.3)  # a scan or two
+        try:
+            code, err = w.stop(signal.SIGTERM, timeout=LIMIT)
+        except subprocess.TimeoutExpired:
+            w.proc.kill()
+            w.proc.wait()
+            raise Hung(f"publish watch {' '.join(args)} did not end within {LIMIT} s of SIGTERM") from None
     result = Result(code, "".join(line + "\n" for line in w.seen), err)
     check_no_secret(result, secrets)
     return result
+
+
+def _wait_until_caught(proc: subprocess.Popen[str], sig: int) -> bool:
+    """Wait until ``proc`` catches ``sig`` (Linux: SigCgt in /proc/PID/status), as a job's SIGTERM only ever
+    comes to a watch that has started; False when it does not within LIMIT, or has ended."""
+    deadline = time.monotonic() + LIMIT
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                status = f.read()
+        except OSError:
+            return False
+        for line in status.splitlines():
+            if line.startswith("SigCgt:") and int(line.split()[1], 16) >> (sig - 1) & 1:
+                return True
+        time.sleep(0.02)
+    return False
 
 
 # -- the two kinds of root ----------------------------------------------------------------------------------
