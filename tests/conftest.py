@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from publish.cli import main
 from tests.secret_log import record_output
@@ -28,6 +29,17 @@ pytest_plugins = ["tests.servers", "tests.vault_server", "tests.no_secrets"]
 
 REPO = Path(__file__).resolve().parent.parent
 CI = os.environ.get("CI") == "true"
+
+# The stateful model of tests/test_model.py: "model-ci" bounds its run in the suite (both stores together
+# within a few minutes); `--hypothesis-profile=model-long` runs it longer.  Not named "ci": Hypothesis loads a
+# profile of that name by itself on CI, for every property test of the suite.
+_MODEL_HEALTH = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
+settings.register_profile(
+    "model-ci", max_examples=25, stateful_step_count=25, deadline=None, suppress_health_check=_MODEL_HEALTH
+)
+settings.register_profile(
+    "model-long", max_examples=300, stateful_step_count=60, deadline=None, suppress_health_check=_MODEL_HEALTH
+)
 
 
 def need(condition: bool, why: str) -> None:
