@@ -25,7 +25,20 @@ if TYPE_CHECKING:
 
 #: The verbs in the order ``publish help`` lists them; each is the module publish.verbs.<verb>.
 VERBS = ("resolve", "watch", "publish", "prune", "status", "probe", "run", "init")
-_OWN = {"version": "print the version", "help": "print this list"}
+#: The verbs main answers itself: their summaries, and their usage (``publish help VERB``, ``VERB -h``).
+_OWN = {
+    "version": "print the version and which build this is",
+    "help": "print this list, or with a verb its usage",
+    "completion": "print a shell completion script: bash or zsh",
+}
+_OWN_USAGE = {
+    "version": "usage: publish version\n"
+    "  prints publish <version>, then the build (the one file's digest, or none), the Python and the freezer\n",
+    "help": "usage: publish help [VERB]\n  the verbs, or one verb's usage\n",
+    "completion": "usage: publish completion bash|zsh\n"
+    "  bash: source <(publish completion bash)\n"
+    "  zsh: publish completion zsh > DIR/_publish, DIR a folder on $fpath before compinit\n",
+}
 
 
 def command(verb: str) -> Command:
@@ -76,15 +89,13 @@ def main(
         stderr.write(verb_list())
         return 2
     verb = argv[0]
-    if verb in ("help", "-h", "-help", "--help"):
-        (stdout if verb == "help" else stderr).write(verb_list())
+    if verb in ("-h", "-help", "--help"):
+        stderr.write(verb_list())
         return 0
-    if verb == "version":
-        if len(argv) > 1:
-            warn(f"unexpected argument {quoted(echo(argv[1]))}")
-            return 2
-        out(f"publish {__version__}")
-        return 0
+    if verb in ("-version", "--version"):
+        verb = "version"
+    if verb in _OWN:
+        return _own(verb, argv[1:], out, warn, stdout, stderr)
     if verb not in VERBS:
         warn(f"unknown verb {quoted(echo(verb))}")
         stderr.write(verb_list())
@@ -135,6 +146,57 @@ def main(
             else:
                 restore()
     return code
+
+
+def _own(
+    verb: str,
+    args: list[str],
+    out: Callable[[str], None],
+    warn: Callable[[str], None],
+    stdout: TextIO,
+    stderr: TextIO,
+) -> int:
+    """version, help and completion: no root, no flags but -h."""
+    if args[:1] and args[0] in ("-h", "-help", "--help"):
+        stderr.write(_OWN_USAGE[verb])
+        return 0
+    most = 0 if verb == "version" else 1
+    if len(args) > most:
+        warn(f"unexpected argument {quoted(echo(args[most]))}")
+        stderr.write(_OWN_USAGE[verb])
+        return 2
+    if verb == "version":
+        from publish import buildinfo
+
+        out(f"publish {__version__}")
+        for line in buildinfo.lines():
+            out(line)
+        return 0
+    if verb == "help":
+        if not args:
+            stdout.write(verb_list())
+        elif args[0] in VERBS:
+            stdout.write(command(args[0]).usage())
+        elif args[0] in _OWN:
+            stdout.write(_OWN_USAGE[args[0]])
+        else:
+            warn(f"unknown verb {quoted(echo(args[0]))}")
+            stderr.write(verb_list())
+            return 2
+        return 0
+    from publish import completion
+
+    if not args:
+        warn("missing argument SHELL")
+    elif args[0] not in completion.SHELLS:
+        warn(f"unknown shell {quoted(echo(args[0]))}: {' or '.join(completion.SHELLS)}")
+    else:
+        table = [(v, command(v).summary, command(v).fs.defined()) for v in VERBS]
+        table += [(v, text, []) for v, text in _OWN.items()]
+        stdout.write(completion.script(args[0], table))
+        return 0
+    stderr.write(_OWN_USAGE[verb])
+    return 2
 
 
 def _main_thread() -> bool:

@@ -228,6 +228,10 @@ class FlagSet:
         """Whether the flag was given on the command line (even with its default value)."""
         return self._flags[name].is_set
 
+    def defined(self) -> list[Flag[Any]]:
+        """The flags defined, sorted by name (what ``usage`` lists, and the shell completion offers)."""
+        return [self._flags[name] for name in sorted(self._flags)]
+
     def usage(self) -> str:
         """The flags as Go's ``PrintDefaults`` lists them, sorted by name."""
         lines = []

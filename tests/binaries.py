@@ -25,6 +25,14 @@ BIN = (
 )
 FOLDER = BIN.with_name("publish-folder")
 VERSION_LINE = f"publish {publish.__version__}\n"
+#: the lines `version` prints after VERSION_LINE: the build, the Python and the freezer
+BUILD_LINES = ("build: ", "python: ", "freezer: ")
+
+
+def first(stdout: str) -> str:
+    """The first line of ``stdout``, with its newline: `version`'s VERSION_LINE (the build lines follow)."""
+    head, newline, _ = stdout.partition("\n")
+    return head + newline
 
 
 def unavailable(why: str) -> None:

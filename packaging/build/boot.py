@@ -59,6 +59,21 @@ class _Finder:
             finally:
                 self.busy = None
 
+    def build_id(self) -> str:
+        """The one file's build digest, its `.build-id` member (64 hex digits, stored as is), for `publish
+        version`; "" in the folder form, which has no payload. Imports nothing (so cannot re-enter the finder)."""
+        import os
+
+        if self.fd < 0:
+            return ""
+        with self.lock:
+            if self.table is None:
+                self._read()
+            entry = self.index.get(".build-id")
+        if entry is None or entry[0] != 0 or entry[4] != entry[3] or entry[3] > 64:
+            return ""  # absent, or not stored as is: not a digest this program can read
+        return os.pread(self.fd, entry[3], entry[2]).decode("ascii", "replace")
+
     def _find(self, name: str) -> ModuleSpec | None:
         # the import system's own modules, always loaded (importlib itself may be in more.zip)
         from _frozen_importlib import ModuleSpec

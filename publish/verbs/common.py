@@ -223,6 +223,11 @@ def _framework(text: str) -> str:
     return text
 
 
+def framework_flag(fs: FlagSet, usage: str) -> Flag[str | None]:
+    """-framework: one of FRAMEWORKS, or None when not given."""
+    return fs.custom("framework", None, usage, _framework, "name")
+
+
 class SavesCommand(Command):
     """watch and run: the saves of one framework, scanned every -interval until SIGTERM or SIGINT."""
 
@@ -233,12 +238,8 @@ class SavesCommand(Command):
     def __init__(self) -> None:
         super().__init__()
         fs = self.fs
-        self.framework = fs.custom(
-            "framework",
-            None,
-            "which saves to publish: hf, dcp, snapshot, lightning or deepspeed",
-            _framework,
-            "name",
+        self.framework = framework_flag(
+            fs, "which saves to publish: hf, dcp, snapshot, lightning or deepspeed"
         )
         self.interval = fs.duration("interval", 10.0, "time between scans")
         self.metrics = fs.string(

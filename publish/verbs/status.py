@@ -42,8 +42,29 @@ def _check(dl: Deadline, store: Store, framework: str, path: str, step: int) -> 
     return ("complete" if whole else "incomplete"), ""
 
 
-def collect(dl: Deadline, store: Store, keep: int | Policy | None) -> dict[str, Any]:
-    """The status document (README: "publish status -json")."""
+#: When more than one framework's naming rule matches a save, the order their verdicts are taken in: the first
+#: that finds it complete, else the first (the most specific rule: dcp's, any name ending in digits, last).
+PREFERENCE = sorted(FRAMEWORKS, key=lambda name: name == "dcp")
+
+
+def _verdict(
+    dl: Deadline, store: Store, path: str, matches: list[tuple[str, int]]
+) -> tuple[str, int, str, str]:
+    """One verdict on the save at ``path``: framework, step, state and message, from the frameworks whose
+    rule matches its name (``matches``, in PREFERENCE order), each asked in turn until one finds it whole."""
+    first: tuple[str, int, str, str] | None = None
+    for name, step in matches:
+        state, message = _check(dl, store, name, path, step)
+        if state == "complete":
+            return name, step, state, message
+        if first is None:
+            first = name, step, state, message
+    assert first is not None
+    return first
+
+
+def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | None = None) -> dict[str, Any]:
+    """The status document (README: "publish status -json"); ``only``: one framework's verdicts."""
     import time
 
     from publish.timestamps import rfc3339
@@ -98,20 +119,23 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None) -> dict[str, 
             parts = path.split("/")
             if any("/".join(parts[:i]) in doomed for i in range(1, len(parts) + 1)):
                 continue
+            matches = []
             matched = False
-            for name, fw in FRAMEWORKS.items():
+            for name in PREFERENCE:
+                fw = FRAMEWORKS[name]
                 step = fw.step(child)
                 if step is None or (fw.kind == "files") != (kind == "file"):
                     continue
                 matched = True
-                if path in published:
-                    continue
-                state, message = _check(dl, store, name, path, step)
+                if only is None or name == only:
+                    matches.append((name, step))
+            if matches and path not in published:
+                framework, step, state, message = _verdict(dl, store, path, matches)
                 saves.append(
                     {
                         "path": path,
                         "location": store.location(path),
-                        "framework": name,
+                        "framework": framework,
                         "step": step,
                         "step_decimal": str(step),
                         "state": state,
@@ -123,6 +147,7 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None) -> dict[str, 
     doc: dict[str, Any] = {
         "version": VERSION,
         "root": store.root,
+        "framework": only,
         "publications": publications,
         "attempts": {"total": len(attempts), "looked_into": len(looked)},
         "saves": saves,
@@ -146,9 +171,16 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None) -> dict[str, 
     return doc
 
 
-def status(dl: Deadline, store: Store, say: Say, keep: int | Policy | None, as_json: bool = False) -> None:
+def status(
+    dl: Deadline,
+    store: Store,
+    say: Say,
+    keep: int | Policy | None,
+    as_json: bool = False,
+    only: str | None = None,
+) -> None:
     """Print the status document, as one JSON line or as text for a person."""
-    doc = collect(dl, store, keep)
+    doc = collect(dl, store, keep, only)
     if as_json:
         import json
 
@@ -160,36 +192,49 @@ def status(dl: Deadline, store: Store, say: Say, keep: int | Policy | None, as_j
 
 def text(doc: dict[str, Any]) -> list[str]:
     """The status document as lines for a person."""
+    lines: list[str] = []
+
+    def section(head: str, items: list[str]) -> None:
+        lines.append(head)
+        lines.extend(items or ["  (none)"])
+
     pubs = doc["publications"]
-    lines = [f"publications in {shown(doc['root'] + '/' + PUB)}: {len(pubs)}, newest first"]
-    for p in pubs:
-        there = "exists" if p["exists"] else "MISSING"
-        lines.append(f"  epoch {p['epoch']} step {p['step']} {shown(p['location'])} ({there})")
+    section(
+        f"publications in {shown(doc['root'] + '/' + PUB)}: {len(pubs)}, newest first",
+        [
+            f"  epoch {p['epoch']} step {p['step']} {shown(p['location'])} "
+            f"({'exists' if p['exists'] else 'MISSING'})"
+            for p in pubs
+        ],
+    )
     att = doc["attempts"]
     head = f"saves not published under {shown(doc['root'] + '/' + EXEC + '/')} ({att['total']} attempts"
     if att["looked_into"] < att["total"]:
         head += f", the last {att['looked_into']} by name looked into"
-    lines.append(head + ")")
+    if doc.get("framework"):
+        head += f"; {doc['framework']} only"
+    saves = []
     for state in ("complete", "incomplete", "faulty"):
         for s in doc["saves"]:
             if s["state"] == state:
                 why = f": {s['message']}" if s["message"] else ""
-                lines.append(
+                saves.append(
                     f"  {state:<10} {shown(s['location'])} ({s['framework']}, step {s['step']}){why}"
                 )
-    lines.append(
-        f"folders under {EXEC}/<attempt>/ that no entry names and no framework's naming rule matches:"
+    section(head + ")", saves)
+    section(
+        f"folders under {EXEC}/<attempt>/ that no entry names and no framework's naming rule matches:",
+        [f"  {shown(u['location'])}" for u in doc["unnamed"]],
     )
-    lines += [f"  {shown(u['location'])}" for u in doc["unnamed"]]
     if doc["unreadable"]:
         lines.append(f"attempts under {EXEC}/ that could not be read:")
         for u in doc["unreadable"]:  # a store's message names the folder already, as a rule
             named_by = u["message"].startswith(u["location"])
             lines.append(f"  {u['message']}" if named_by else f"  {shown(u['location'])}: {u['message']}")
-    lines.append(
-        f"tombstones in {shown(doc['root'] + '/' + TOMB)} (an interrupted prune; the next prune finishes them):"
+    section(
+        f"tombstones in {shown(doc['root'] + '/' + TOMB)} (an interrupted prune; the next prune finishes them):",
+        [f"  {shown(t['location'])}" for t in doc["tombstones"]],
     )
-    lines += [f"  {shown(t['location'])}" for t in doc["tombstones"]]
     plan = doc["prune"]
     if plan is not None:
         policy = f"-keep {plan['keep']}"
@@ -199,14 +244,16 @@ def text(doc: dict[str, Any]) -> list[str]:
             from publish.gocompat import format_duration
 
             policy += f" -keep-within {format_duration(plan['keep_within'])}"
-        lines.append(f"prune {policy} would remove entries: {len(plan['entries'])}, and:")
-        lines += [f"  {line}" for line in plan["lines"]]
+        section(
+            f"prune {policy} would remove entries: {len(plan['entries'])}, and:",
+            [f"  {line}" for line in plan["lines"]],
+        )
     return lines
 
 
 class Status(common.Command):
     name = "status"
-    synopsis = f"publish status {common.ROOT_FLAGS} [-keep N [-keep-every K] [-keep-within D]] [-json]"
+    synopsis = f"publish status {common.ROOT_FLAGS} [-framework F] [-keep N [-keep-every K] [-keep-within D]] [-json]"
     summary = "show what a root holds: publications, unpublished saves, leftovers, pending prunes"
 
     def __init__(self) -> None:
@@ -216,6 +263,9 @@ class Status(common.Command):
         )
         self.json = self.fs.boolean("json", False, "print one JSON document (version 1) instead of text")
         self.keep_every, self.keep_within = policy_flags(self.fs)
+        self.framework = common.framework_flag(
+            self.fs, "only this framework's verdicts: hf, dcp, snapshot, lightning or deepspeed"
+        )
 
     def run(self, call: common.Call) -> int:
         common.expect_args(call, [])
@@ -228,6 +278,7 @@ class Status(common.Command):
             call.say,
             policy_of(self.keep.value, self.keep_every, self.keep_within) if self.keep.is_set else None,
             as_json=self.json.value,
+            only=self.framework.value,
         )
         return 0
 
