@@ -307,7 +307,7 @@ class RootModel(RuleBasedStateMachine):
     def init(self) -> None:
         r = self.root.run("init")
         if self.root_exists:
-            assert (r.code, r.out, r.err) == (0, "", f"publish: {self.root.loc} already exists\n"), r
+            assert (r.code, r.out, r.err) == (0, "", f"publish: checkpoint root {self.root.loc} already exists\n"), r
             if self.s3:
                 self.marker = self.root.has_marker()
         else:

@@ -46,13 +46,25 @@ class Framework:
         return str(rule(name)) if rule is not None else ""
 
     def complete(
-        self, dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None] | None = None
+        self,
+        dl: Deadline,
+        store: Store,
+        path: str,
+        step: int,
+        note: Callable[[str], None] | None = None,
+        world_size: int = 0,
     ) -> bool:
         """True when the save at ``path`` is whole; False while it is still being written.
 
+        ``world_size`` (0: not known) is the number of ranks that write the save, for a framework whose
+        ranks each write a file of their own (hf under DDP: ``rng_state_<rank>.pth``).
+
         Raises Failure when the save holds something that can never become whole (hf: a trainer_state.json
         that does not parse, or disagrees with the folder; dcp: a .metadata that is not a DCP one)."""
-        return bool(self._rules.complete(dl, store, path, step, note or (lambda _: None)))
+        check = self._rules.complete
+        if world_size > 1 and getattr(self._rules, "RANKED", False):
+            return bool(check(dl, store, path, step, note or (lambda _: None), world_size))
+        return bool(check(dl, store, path, step, note or (lambda _: None)))
 
 
 FRAMEWORKS = {

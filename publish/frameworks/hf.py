@@ -31,7 +31,22 @@ def step_of(name: str) -> str:
     return digits if name.startswith("checkpoint-") and layout.digits(digits) else ""
 
 
-def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
+#: Each rank writes a file of its own into the save (``rng_state_<rank>.pth``): given the world size, the save
+#: is whole only when every rank's is there.
+RANKED = True
+
+
+def _ranks_present(dl: Deadline, store: Store, path: str, world_size: int) -> bool:
+    """True when ``rng_state_<rank>.pth`` is there for every rank below ``world_size`` (one directory read,
+    one LIST on S3): Trainer writes each rank's RNG state from that rank, and rank 0's trainer_state.json
+    can land before another rank's file."""
+    files = set(store.list_files(dl, path))
+    return all(f"rng_state_{rank}.pth" in files for rank in range(world_size))
+
+
+def complete(
+    dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None], world_size: int = 0
+) -> bool:
     from publish import trainer_state
     from publish.redact import shown
 
@@ -52,7 +67,9 @@ def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[s
         raise Failure(f"{where}: global_step {global_step!r} is not an integer")
     if global_step != step:
         raise Failure(f"{where}: global_step {global_step} disagrees with the folder's step {step}")
-    return all(_shards_present(dl, store, path, index) for index in SHARD_INDEXES)
+    if not all(_shards_present(dl, store, path, index) for index in SHARD_INDEXES):
+        return False
+    return world_size <= 1 or _ranks_present(dl, store, path, world_size)
 
 
 def _shards_present(dl: Deadline, store: Store, path: str, index: str) -> bool:

@@ -242,6 +242,13 @@ class SavesCommand(Command):
             fs, "which saves to publish: hf, dcp, snapshot, lightning or deepspeed"
         )
         self.interval = fs.duration("interval", 10.0, "time between scans")
+        self.world_size = fs.custom(
+            "world-size",
+            None,
+            "the ranks that write each save (env WORLD_SIZE): hf waits for every rank's rng_state_<rank>.pth",
+            lambda t: parse_decimal(t, minimum=1, below=1 << 31),
+            "N",
+        )
         self.metrics = fs.string(
             "metrics",
             "",
@@ -249,6 +256,18 @@ class SavesCommand(Command):
         )
         self.attempt = fs.string("attempt", "", self.attempt_usage)
         self.epoch = epoch_flag(fs, self.epoch_default)
+
+    def world_size_of(self, call: Call) -> int:
+        """-world-size, else WORLD_SIZE (as torchrun sets it), else 0: not known."""
+        if self.world_size.value is not None:
+            return self.world_size.value
+        text = call.env.get("WORLD_SIZE", "")
+        if not text:
+            return 0
+        try:
+            return parse_decimal(text, minimum=1, below=1 << 31)
+        except ValueError as e:
+            raise UsageError(f"invalid value {go_quote(text)} for WORLD_SIZE: {e}") from None
 
     def metrics_for(self, call: Call, root: roots.Root) -> Metrics | None:
         """The metrics -metrics asks for (its file made absolute against the working directory), or None."""

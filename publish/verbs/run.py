@@ -178,6 +178,7 @@ def run(
     launch: Launch | None = None,
     batch: Batch | None = None,
     metrics: Metrics | None = None,
+    world_size: int = 0,
 ) -> int:
     """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish."""
     if requeue and (batch is None or not batch.job):
@@ -202,7 +203,9 @@ def run(
         if resume_arg:
             argv += [resume_arg, resume]
 
-    watcher = Watcher(store, say, framework, saves, epoch, lenient=True, metrics=metrics)
+    watcher = Watcher(
+        store, say, framework, saves, epoch, lenient=True, metrics=metrics, world_size=world_size
+    )
     if signals.received:
         say.warn(f"run: stopped by {signame(signals.received[0])} before {argv[0]} started")
         return _finish(say, status_of(-signals.received[0]), False, None, keep, requeue, batch, metrics)
@@ -341,7 +344,7 @@ def _prune_and_requeue(
 class Run(common.SavesCommand):
     name = "run"
     synopsis = (
-        f"publish run {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-metrics FILE] "
+        f"publish run {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-metrics FILE] [-world-size N] "
         "[-keep N [-keep-every K] [-keep-within D]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]"
     )
     summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"
@@ -379,6 +382,7 @@ class Run(common.SavesCommand):
         if self.requeue.value and batch is None:
             raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
         metrics = self.metrics_for(call, root)
+        world_size = self.world_size_of(call)
         store = self.open(call, root, renew=True).store
         dl = self.deadline(call)
         signals = call.stop if isinstance(call.stop, Signals) else Signals()
@@ -391,7 +395,7 @@ class Run(common.SavesCommand):
         return run(
             dl, store, call.say, framework, attempt, epoch, call.args, env=call.env, root=root.text,
             interval=self.interval.value, timeout=timeout, signals=signals, keep=keep, resume_arg=resume_arg,
-            requeue=requeue, batch=batch, metrics=metrics,
+            requeue=requeue, batch=batch, metrics=metrics, world_size=world_size,
         )  # fmt: skip
 
 

@@ -81,8 +81,10 @@ class Watcher:
         epoch: int,
         lenient: bool = False,
         metrics: Metrics | None = None,
+        world_size: int = 0,
     ) -> None:
         self.metrics = metrics
+        self.world_size = world_size
         self.store = store
         self.say = say
         self.framework = framework
@@ -131,7 +133,9 @@ class Watcher:
         for step, folder in sorted(candidates):
             path = f"{self.saves}/{folder}"
             try:
-                whole = self.framework.complete(dl, self.store, path, step, self._note_for(folder))
+                whole = self.framework.complete(
+                    dl, self.store, path, step, self._note_for(folder), self.world_size
+                )
             except FileError as e:
                 if not e.unexaminable:
                     raise
@@ -208,11 +212,12 @@ def watch(
     timeout: float,
     stop: Stop,
     metrics: Metrics | None = None,
+    world_size: int = 0,
 ) -> None:
     """Scan every ``interval`` seconds until ``stop`` is set, then scan once more; each scan's store calls
     get a deadline of ``timeout`` seconds, and the last scan is given up after it."""
     store.check_root(UNBOUNDED)  # S3 sends nothing for it
-    watcher = Watcher(store, say, framework, saves, epoch, metrics=metrics)
+    watcher = Watcher(store, say, framework, saves, epoch, metrics=metrics, world_size=world_size)
     while not stop.is_set():
         watcher.scan(Deadline(timeout))
         stop.wait(interval)
@@ -222,7 +227,7 @@ def watch(
 class Watch(common.SavesCommand):
     name = "watch"
     synopsis = (
-        f"publish watch {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-metrics FILE] "
+        f"publish watch {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-metrics FILE] [-world-size N] "
         "[-epoch N] [-attempt A] [SAVES]"
     )
     summary = "publish each save once it is complete, until SIGTERM or SIGINT"
@@ -251,11 +256,13 @@ class Watch(common.SavesCommand):
                 raise UsageError("no SAVES argument and no attempt: give -attempt or set DISPATCH_ATTEMPT")
             saves = f"{EXEC}/{common.check_attempt(attempt)}"
         metrics = self.metrics_for(call, root)
+        world_size = self.world_size_of(call)
         store = self.open(call, root, renew=True).store
         stop = call.stop or threading.Event()
         watch(
-            store, call.say, framework, saves, epoch, self.interval.value, self.timeout.value, stop, metrics
-        )
+            store, call.say, framework, saves, epoch, self.interval.value, self.timeout.value, stop, metrics,
+            world_size,
+        )  # fmt: skip
         return 0
 
 
