@@ -32,8 +32,17 @@ DOOMED = "a prune was removing it (tomb/ names it, or a folder around or inside 
 
 
 def doomed_folders(dl: Deadline, store: Store) -> layout.Nest:
-    """The folders tomb/ names: a save one of them is, lies in or holds is being removed by a prune."""
-    return layout.Nest(layout.parse_tombs(store.list_tombs(dl), store.location(layout.TOMB)))
+    """The folders tomb/ names: a save one of them is, lies in or holds is being removed by a prune.
+
+    A name there that is no tombstone is left out here: prune and status refuse it, naming it, and a name
+    planted in tomb/ must not stop every scan of a job."""
+    folders = []
+    for name in store.list_tombs(dl):
+        try:
+            folders.append(layout.parse_tomb(name))
+        except ValueError:
+            continue
+    return layout.Nest(folders)
 
 
 def refuse_reserved(store: Store, path: str, what: str) -> None:
