@@ -24,7 +24,7 @@ def run(slurm: Slurm, slurm_publish: Path, tmp_path: Path) -> Run:  # noqa: F811
 
 
 def test_readme_recipe_is_the_example_script() -> None:
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "jobs.md").read_text()
     block = readme.split("### Slurm, by hand\n", 1)[1].split("```bash\n", 1)[1].split("```\n", 1)[0]
     assert block == SCRIPT.read_text()
 
