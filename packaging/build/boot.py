@@ -8,8 +8,15 @@ In the one-file form the launcher unpacks only what every verb needs (the interp
 pythonXY.zip) and leaves the rest in the file: more.zip, the extension modules and the C libraries only they
 need (OpenSSL for TLS and hashlib, ...). It passes the file itself as descriptor FD. The finder below, last on
 sys.meta_path, so asked only for a module found nowhere else, unpacks such an extension module (and the
-libraries it needs), or more.zip, into the private directory the launcher made, on first use. A POSIX verb
-never pays for TLS. The folder form has every file on disk and passes no descriptor.
+libraries it needs), or more.zip, into the directory the launcher unpacked into (the cache's copy or a
+private one), on first use. A POSIX verb never pays for TLS. The folder form has every file on disk and passes
+no descriptor.
+
+A member already there is used only if it is as this finder would write it: a regular file of the index's
+size and owner's permission bits, with the stamp (the modification time launcher.c's set_stamp derives from
+the build's digest). Any other (cut short, rewritten in place, a link, a FIFO) is unpacked again over it, with
+one warning line. So that an extension module is never loaded past this check, lib-dynload is taken off
+sys.path in the one-file form: only this finder finds extension modules there.
 
 The archive's format is written by packaging/build/freeze.py and read by packaging/build/launcher.c; keep the three in step.
 """
@@ -20,6 +27,7 @@ import sys
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start
 if TYPE_CHECKING:
+    import os
     from collections.abc import Sequence
     from importlib.machinery import ModuleSpec
     from types import ModuleType
@@ -34,6 +42,7 @@ class _Finder:
     MAGIC = b"PUBLSHX1"
     CODEC_ZLIB = 2
     FLAG_LAZY = 1
+    STAMP_BASE = 1_000_000_000  # launcher.c: STAMP_BASE + 2 * the first 6 hex digits of .build-id, in seconds
 
     def __init__(self, root: str, fd: int) -> None:
         import _thread
@@ -44,6 +53,8 @@ class _Finder:
         self.index: dict[str, tuple[int, int, int, int, int]] = {}  # lazy member -> codec, mode, offset, ...
         self.lock = _thread.allocate_lock()
         self.busy: int | None = None  # the thread inside find_spec
+        self.stamp = self.STAMP_BASE * 1_000_000_000  # the members' modification time, ns (set by _read)
+        self.sound: set[str] = set()  # the members checked or written by this process
 
     def find_spec(
         self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
@@ -108,6 +119,9 @@ class _Finder:
             pos += plen
             if kind == 1 and flags & self.FLAG_LAZY:
                 self.index[path] = (codec, mode, off, packed, size)
+        if ".build-id" in self.index:
+            digest = self._data(".build-id")[:6].decode()
+            self.stamp = (self.STAMP_BASE + 2 * int(digest, 16)) * 1_000_000_000
         table: dict[str, list[str]] = {}
         if ".lazy" in self.index:
             for line in self._data(".lazy").decode().splitlines():
@@ -127,28 +141,57 @@ class _Finder:
             raise ImportError(f"the archive appended to this executable is damaged ({member})")
         return data
 
+    def _damage(self, member: str, st: os.stat_result) -> str:
+        """Why the member found on disk is not as _unpack writes it ("" if it is)."""
+        import stat
+
+        _, mode, _, _, size = self.index[member]
+        if stat.S_ISLNK(st.st_mode):
+            return "a symbolic link"
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_size != size:
+            return f"{st.st_size} bytes, not {size}"
+        if st.st_mtime_ns != self.stamp:
+            return "modified since it was unpacked"
+        if st.st_mode & 0o700 != mode & 0o700:
+            return f"mode {st.st_mode & 0o777:03o}, not {mode & 0o700:03o}"
+        return ""
+
     def _unpack(self, member: str) -> None:
         import os
+        import stat
 
+        if member in self.sound:
+            return
         target = self.root + "/" + member
-        if os.path.exists(target):
+        try:
+            st: os.stat_result | None = os.lstat(target)
+        except FileNotFoundError:
+            st = None
+        damage = self._damage(member, st) if st is not None else ""
+        if st is not None and not damage:
+            self.sound.add(member)
             return
         data = self._data(member)
-        # the cache is shared by concurrent starts: each writes its own part, and the rename is atomic
+        # the cache is shared by concurrent starts: each writes its own part, and the rename is atomic (a
+        # process that maps the file it replaces keeps the old one: nothing is rewritten in place)
         part = f"{target}.part-{os.getpid()}"
         try:
-            fd = os.open(
-                part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, self.index[member][1] & 0o700
-            )
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
+                os.fchmod(fd, self.index[member][1] & 0o700)
+                os.utime(fd, ns=(self.stamp, self.stamp))
             except BaseException:
                 os.close(fd)
                 os.unlink(part)
                 raise
             os.close(fd)
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                os.rename(target, f"{target}.damaged-{os.getpid()}")  # rename cannot replace a directory
             os.rename(part, target)
         except OSError as e:
             where = "TMPDIR" if "/.publish-" in self.root else "PUBLISH_CACHE_DIR"
@@ -159,6 +202,13 @@ class _Finder:
                 f"cannot unpack {member} into {self.root}: {e.strerror}"
                 f" (free space there, or point {where} at another filesystem)",
             ) from None
+        self.sound.add(member)
+        if damage:
+            sys.stderr.write(
+                f"publish: warning: the unpacked copy {self.root} was damaged ({member}: {damage});"
+                f" unpacked {member} again\n"
+            )
+            sys.stderr.flush()
 
 
 def _install() -> None:
@@ -171,6 +221,9 @@ def _install() -> None:
             os.set_inheritable(payload, False)  # the program's own children never see it
         except OSError:
             payload = -1
+    if payload >= 0:
+        # the extension modules are lazy members: found by the finder alone, which checks what it finds
+        sys.path[:] = [p for p in sys.path if not p.endswith("/lib-dynload")]
     sys.meta_path.append(_Finder(sys.prefix, payload))
 
 
