@@ -15,8 +15,9 @@
  *             packaging/build/README.md). It is unpacked once per build and per user into the cache,
  *             CACHE/BUILD-DIGEST (CACHE: $PUBLISH_CACHE_DIR, else $XDG_CACHE_HOME/publish, else
  *             $HOME/.cache/publish; a directory of this user's, mode 0700, not a link, writable by no one
- *             else), filled in CACHE/.tmp-PID-N and renamed into place complete; later starts run that copy
- *             and write nothing. Without a usable cache (PUBLISH_CACHE_DIR=off, no $HOME, a noexec or refused
+ *             else), filled in CACHE/.tmp-PID-N and renamed into place complete; later starts check that copy
+ *             (one fstatat per member: check_copy), run it and write nothing. A damaged copy is said on one
+ *             line, replaced by a fresh one and kept as CACHE/.damaged-ID-PID-N. Without a usable cache (PUBLISH_CACHE_DIR=off, no $HOME, a noexec or refused
  *             one), each start unpacks into a private directory of its own on the first candidate filesystem
  *             that is writable and allows executables ($TMPDIR, /tmp, /dev/shm, $XDG_RUNTIME_DIR, /var/tmp,
  *             the binary's folder, $HOME), so a noexec /tmp is passed over. Members flagged lazy (OpenSSL,
