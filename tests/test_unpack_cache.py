@@ -250,6 +250,48 @@ def test_concurrent_starts_on_a_damaged_copy_all_run_and_leave_one_good_copy(cac
     assert tree_state(cache.dir) == before
 
 
+def test_without_rename_exchange_the_damaged_copy_goes_aside_first(cache: Cache) -> None:
+    """A filesystem without renameat2(RENAME_EXCHANGE) (NFS, where home directories often are): the damaged
+    copy is renamed aside, then the fresh one into place; the same line. The refusal is made by strace's
+    fault injection, as such a filesystem makes it (EINVAL)."""
+    strace = shutil.which("strace")
+    if not strace:
+        unavailable("strace (its fault injection stands for a filesystem without RENAME_EXCHANGE)")
+    assert strace
+    good = cache.resolve()
+    copy = cache.copy()
+    why = truncate_interpreter(copy, cache.binary)
+    log = cache.tmpdir.parent / "strace.log"
+    r = subprocess.run(
+        [
+            strace,
+            "-f",
+            "-o",
+            str(log),
+            "-e",
+            "trace=renameat2,renameat",
+            "-e",
+            "inject=renameat2:error=EINVAL",
+        ]
+        + [str(cache.binary), "resolve", "-checkpoint", str(cache.root)],
+        capture_output=True,
+        text=True,
+        env=cache.env,
+        timeout=120,
+    )
+    assert (r.returncode, r.stdout) == (0, good.stdout)
+    assert re.fullmatch(repaired_line(copy, cache.dir, why), r.stderr), r.stderr
+    calls = log.read_text()
+    assert "RENAME_EXCHANGE) = -1 EINVAL" in calls
+    assert re.search(rf'renameat\(\d+, "{copy.name}", \d+, "\.damaged-{copy.name}-\d+-0"\) = 0', calls)
+    [aside] = cache.asides()
+    assert (cache.dir / aside / "publish").stat().st_size == 4096
+    before = tree_state(cache.dir, cache.tmpdir)
+    r = cache.resolve()
+    assert (r.returncode, r.stdout, r.stderr) == (0, good.stdout, "")
+    assert tree_state(cache.dir, cache.tmpdir) == before
+
+
 # --- where the repair cannot be made -----------------------------------------------------------------------------
 
 
