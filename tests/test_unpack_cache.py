@@ -475,3 +475,51 @@ def test_a_damaged_lazy_member_is_said_on_one_line_and_unpacked_again(
     r = cache.run(*args)
     assert (r.returncode, r.stdout, r.stderr) == (alone.returncode, alone.stdout, alone.stderr)
     assert not list(cache.copy().rglob("*.part-*"))
+
+
+SWAP_PROBE = """
+import os, sys
+exec(open(sys.argv[1]).read().split("\\n_install()\\n")[0])  # packaging/build/boot.py up to its start-up
+_install()
+import json
+os.unlink(sys.prefix + "/lib/more.zip")  # a fresh copy swapped in under this process has none yet
+import uuid, xml.etree.ElementTree
+print(json.__file__, uuid.__file__, xml.etree.ElementTree.__file__)
+"""
+
+
+@pytest.mark.interpreter_form
+def test_a_running_program_unpacks_a_lazy_member_again_into_a_copy_swapped_in_under_it(
+    binary: Path, tmp_path: Path
+) -> None:
+    """boot.py checks a lazy member on every import that needs it, not once a process: after a later start
+    has replaced the copy a long-running program uses (by its path), that program's next import from more.zip
+    unpacks more.zip into the new copy instead of failing."""
+    tree = tmp_path / "tree"
+    shutil.copytree(FOLDER / "libexec" / "publish", tree, symlinks=True)
+    for member, (_, flags, _) in index(binary).items():  # as the launcher leaves it: no lazy member yet
+        if flags & FLAG_LAZY and (tree / member).exists():
+            (tree / member).unlink()
+    with open(binary, "rb") as payload:
+        r = subprocess.run(
+            [
+                *(
+                    str(tree / "ld-publish.so.1"),
+                    "--inhibit-cache",
+                    "--library-path",
+                    str(tree / "_internal"),
+                ),
+                *(str(tree / "publish"), "-I", "-S", "-X", f"publish-payload={payload.fileno()}"),
+                *("-c", SWAP_PROBE, str(REPO / "packaging" / "build" / "boot.py")),
+            ],
+            capture_output=True,
+            text=True,
+            pass_fds=(payload.fileno(),),
+            env=env_for(tmp_path),
+            timeout=120,
+        )
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    assert r.stdout.split() == [
+        f"{tree}/lib/more.zip/{m}" for m in ("json/__init__.pyc", "uuid.pyc", "xml/etree/ElementTree.pyc")
+    ]
+    assert (tree / "lib" / "more.zip").stat().st_size > 0

@@ -54,7 +54,6 @@ class _Finder:
         self.lock = _thread.allocate_lock()
         self.busy: int | None = None  # the thread inside find_spec
         self.stamp = self.STAMP_BASE * 1_000_000_000  # the members' modification time, ns (set by _read)
-        self.sound: set[str] = set()  # the members checked or written by this process
 
     def find_spec(
         self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
@@ -162,8 +161,8 @@ class _Finder:
         import os
         import stat
 
-        if member in self.sound:
-            return
+        # Checked on every call, not once a process: a later start may have swapped a fresh copy in under this
+        # one (launcher.c), which lacks the lazy members until some process unpacks them again.
         target = self.root + "/" + member
         try:
             st: os.stat_result | None = os.lstat(target)
@@ -171,7 +170,6 @@ class _Finder:
             st = None
         damage = self._damage(member, st) if st is not None else ""
         if st is not None and not damage:
-            self.sound.add(member)
             return
         data = self._data(member)
         # the cache is shared by concurrent starts: each writes its own part, and the rename is atomic (a
@@ -202,7 +200,6 @@ class _Finder:
                 f"cannot unpack {member} into {self.root}: {e.strerror}"
                 f" (free space there, or point {where} at another filesystem)",
             ) from None
-        self.sound.add(member)
         if damage:
             sys.stderr.write(
                 f"publish: warning: the unpacked copy {self.root} was damaged ({member}: {damage});"
