@@ -15,8 +15,10 @@ no descriptor.
 A member already there is used only if it is as this finder would write it: a regular file of the index's
 size and owner's permission bits, with the stamp (the modification time launcher.c's set_stamp derives from
 the build's digest). Any other (cut short, rewritten in place, a link, a FIFO) is unpacked again over it, with
-one warning line. So that an extension module is never loaded past this check, lib-dynload is taken off
-sys.path in the one-file form: only this finder finds extension modules there.
+one warning line. It is checked on every import that needs it: a later start may have swapped a fresh copy in
+under this process, which reads its files by path. So that nothing lazy is read past the check, the one-file
+form takes lib-dynload off sys.path (only this finder finds extension modules there) and puts more_hook first
+on sys.path_hooks (the importer of a package's folder inside more.zip checks more.zip before each search).
 
 The archive's format is written by packaging/build/freeze.py and read by packaging/build/launcher.c; keep the three in step.
 """
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from importlib.machinery import ModuleSpec
     from types import ModuleType
+    from zipimport import zipimporter
 
 MORE = "lib/more.zip"
 
@@ -93,6 +96,35 @@ class _Finder:
         package = name.rpartition(".")[0]
         where = "/".join([self.root, MORE, *package.split(".")]) if package else self.root + "/" + MORE
         return PathFinder.find_spec(name, [where])
+
+    def more_hook(self, path: str) -> zipimporter:
+        """First on sys.path_hooks in the one-file form: the importer of a path inside more.zip (a package of
+        more.zip, once imported, has its __path__ there, and its submodules are found through it, not through
+        this finder): a zipimporter that checks more.zip (_unpack) before each search."""
+        if not (path + "/").startswith(self.root + "/" + MORE + "/"):
+            raise ImportError("not in more.zip")
+        import zipimport
+
+        finder = self
+
+        class More(zipimport.zipimporter):
+            def find_spec(self, fullname: str, target: ModuleType | None = None) -> ModuleSpec | None:
+                finder._check_more()
+                return super().find_spec(fullname, target)
+
+        self._check_more()
+        return More(path)
+
+    def _check_more(self) -> None:
+        import _thread
+
+        if self.busy == _thread.get_ident():
+            return  # called from _find, which has just checked
+        with self.lock:
+            if self.table is None:
+                self._read()
+            if MORE in self.index:
+                self._unpack(MORE)
 
     def _read(self) -> None:
         # Only modules already loaded or built in: this runs inside an import, under the lock.
@@ -218,10 +250,12 @@ def _install() -> None:
             os.set_inheritable(payload, False)  # the program's own children never see it
         except OSError:
             payload = -1
+    finder = _Finder(sys.prefix, payload)
     if payload >= 0:
         # the extension modules are lazy members: found by the finder alone, which checks what it finds
         sys.path[:] = [p for p in sys.path if not p.endswith("/lib-dynload")]
-    sys.meta_path.append(_Finder(sys.prefix, payload))
+        sys.path_hooks.insert(0, finder.more_hook)
+    sys.meta_path.append(finder)
 
 
 _install()
