@@ -110,6 +110,24 @@ def repaired_line(copy: Path, cache: Path, why: str) -> str:
     )
 
 
+def test_every_unpacked_file_carries_the_builds_stamp_as_its_modification_time(
+    cache: Cache, refused: str, tmp_path: Path
+) -> None:
+    """1000000000 + 2 * (the first 6 hex digits of the build's digest) seconds, 0 ns, for what the launcher
+    and what boot.py write alike (packaging/build/README.md, "The stamp"); the access time is left alone."""
+    copy = cache.copy()
+    stamp = (1_000_000_000 + 2 * int(copy.name[:6], 16)) * 1_000_000_000
+    r = cache.run(
+        "resolve", "-checkpoint", "s3://bucket/run", "-creds", f"secret:{s3_creds(tmp_path, refused)}"
+    )
+    assert r.returncode == 1 and "refused" in r.stderr  # it unpacked more.zip, _ssl, OpenSSL
+    files = [p for p in copy.rglob("*") if p.is_file() and not p.is_symlink()]
+    lazy = {p for p in files if index(cache.binary)[str(p.relative_to(copy))][1] & FLAG_LAZY}
+    assert lazy and files != list(lazy)
+    assert [str(p) for p in files if p.stat().st_mtime_ns != stamp] == []
+    assert [str(p) for p in files if p.stat().st_atime_ns == stamp] == []
+
+
 # --- damage to what every start needs (the launcher's check) ---------------------------------------------------
 
 
@@ -409,6 +427,19 @@ def refused() -> Iterator[str]:
         s.close()
 
 
+def s3_creds(base: Path, endpoint: str) -> Path:
+    creds = base / "creds"
+    creds.mkdir()
+    for field, value in {
+        "access_key_id": "AKIAEXAMPLE",
+        "secret_access_key": "example-secret",
+        "endpoint": endpoint,
+        "region": "us-east-1",
+    }.items():
+        (creds / field).write_text(value + "\n")
+    return creds
+
+
 def lazy_member(binary: Path, pattern: str) -> str:
     [member] = [
         p for p, (_, flags, _) in index(binary).items() if flags & FLAG_LAZY and re.fullmatch(pattern, p)
@@ -432,16 +463,7 @@ def test_a_damaged_lazy_member_is_said_on_one_line_and_unpacked_again(
 ) -> None:
     """An https:// S3 verb unpacks more.zip, _ssl and OpenSSL into the copy; each damaged afterwards is
     unpacked again by the next start that needs it, with one line before the verb's own message."""
-    creds = tmp_path / "creds"
-    creds.mkdir()
-    for field, value in {
-        "access_key_id": "AKIAEXAMPLE",
-        "secret_access_key": "example-secret",
-        "endpoint": refused,
-        "region": "us-east-1",
-    }.items():
-        (creds / field).write_text(value + "\n")
-    args = ("resolve", "-checkpoint", "s3://bucket/run", "-creds", f"secret:{creds}")
+    args = ("resolve", "-checkpoint", "s3://bucket/run", "-creds", f"secret:{s3_creds(tmp_path, refused)}")
     alone = cache.run(*args)
     assert alone.returncode == 1 and "refused" in alone.stderr, alone.stderr
     member = lazy_member(cache.binary, pattern)

@@ -214,7 +214,7 @@ class _Finder:
                 while view:
                     view = view[os.write(fd, view) :]
                 os.fchmod(fd, self.index[member][1] & 0o700)
-                os.utime(fd, ns=(self.stamp, self.stamp))
+                os.utime(fd, ns=(os.fstat(fd).st_atime_ns, self.stamp))  # the access time as it is
             except BaseException:
                 os.close(fd)
                 os.unlink(part)

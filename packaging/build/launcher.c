@@ -189,14 +189,15 @@ static int write_all(int fd, const unsigned char *data, uint64_t size) {
    place, even to the same size, is seen. A whole, even number of seconds in 2001-2002 (kept exactly by every
    filesystem, FAT's 2-second clock included; no write sets it), derived from the build's digest: STAMP_BASE
    plus twice the number its first 6 hex digits spell. packaging/build/boot.py stamps and checks the lazy
-   members with the same rule. */
+   members with the same rule. The access time is left alone (UTIME_OMIT), so that a purge by access time (the
+   usual one on scratch filesystems) still sees the copy's use. */
 #define STAMP_BASE 1000000000L
-static struct timespec stamp[2] = {{STAMP_BASE, 0}, {STAMP_BASE, 0}};
+static struct timespec stamp[2] = {{0, UTIME_OMIT}, {STAMP_BASE, 0}};
 
 static void set_stamp(const char *id) {
     long v = 0;
     for (int k = 0; k < 6; k++) v = v * 16 + (id[k] <= '9' ? id[k] - '0' : id[k] - 'a' + 10);
-    stamp[0].tv_sec = stamp[1].tv_sec = STAMP_BASE + 2 * v;
+    stamp[1].tv_sec = STAMP_BASE + 2 * v;
 }
 
 /* Set for the cache: a copy kept across boots is on disk before it is renamed into place, so a crash never
