@@ -17,13 +17,13 @@
  *             $HOME/.cache/publish; a directory of this user's, mode 0700, not a link, writable by no one
  *             else), filled in CACHE/.tmp-PID-N and renamed into place complete; later starts check that copy
  *             (one fstatat per member: check_copy), run it and write nothing. A damaged copy is said on one
- *             line, replaced by a fresh one and kept as CACHE/.damaged-ID-PID-N. Without a usable cache (PUBLISH_CACHE_DIR=off, no $HOME, a noexec or refused
- *             one), each start unpacks into a private directory of its own on the first candidate filesystem
- *             that is writable and allows executables ($TMPDIR, /tmp, /dev/shm, $XDG_RUNTIME_DIR, /var/tmp,
- *             the binary's folder, $HOME), so a noexec /tmp is passed over. Members flagged lazy (OpenSSL,
- *             extension modules, modules only S3 and Vault use) are not unpacked here: this file stays open
- *             as descriptor FD and the program unpacks them into the same directory on first import
- *             (packaging/build/boot.py).
+ *             line, replaced by a fresh one and kept as CACHE/.damaged-ID-PID-N. Without a usable cache
+ *             (PUBLISH_CACHE_DIR=off, no $HOME, a noexec or refused one), each start unpacks into a private
+ *             directory of its own on the first candidate filesystem that is writable and allows executables
+ *             ($TMPDIR, /tmp, /dev/shm, $XDG_RUNTIME_DIR, /var/tmp, the binary's folder, $HOME), so a noexec
+ *             /tmp is passed over. Members flagged lazy (OpenSSL, extension modules, modules only S3 and Vault
+ *             use) are not unpacked here: this file stays open as descriptor FD and the program unpacks them
+ *             into the same directory on first import (packaging/build/boot.py).
  *
  * In both forms the loader is exec'd in place: the process keeps its pid, receives its signals directly and
  * its exit status is the program's. A private directory (no cache) is removed through a small detached process
