@@ -558,3 +558,65 @@ def test_a_running_program_unpacks_a_lazy_member_again_into_a_copy_swapped_in_un
         f"{tree}/lib/more.zip/{m}" for m in ("json/__init__.pyc", "uuid.pyc", "email/parser.pyc")
     ]
     assert (tree / "lib" / "more.zip").stat().st_size > 0
+
+
+SWAP_DURING_WRITE = """
+import os, sys
+exec(open(sys.argv[1]).read().split("\\n_install()\\n")[0])  # packaging/build/boot.py up to its start-up
+_install()
+real_open, swapped = os.open, []
+
+
+def open_and_swap(path, flags, mode=0o777, *, dir_fd=None):
+    fd = real_open(path, flags, mode, dir_fd=dir_fd)
+    if ".part-" in str(path) and not swapped:  # as a later start's RENAME_EXCHANGE would, right now
+        swapped.append(path)
+        root = sys.prefix
+        os.rename(root, root + ".aside")
+        for where, _, files in os.walk(root + ".aside"):
+            here = root + where[len(root + ".aside") :]
+            os.makedirs(here, exist_ok=True)
+            for name in files:
+                if ".part-" not in name:
+                    os.link(where + "/" + name, here + "/" + name)
+    return fd
+
+
+os.open = open_and_swap
+import json
+print(json.__file__, swapped[0])
+"""
+
+
+@pytest.mark.interpreter_form
+def test_a_copy_swapped_in_while_a_lazy_member_is_written_gets_it(binary: Path, tmp_path: Path) -> None:
+    """The swap falls between the open of NAME.part-PID and its rename (which then finds no part): boot.py
+    writes the member again, into the copy now at its path, and the import succeeds."""
+    tree = tmp_path / "tree"
+    shutil.copytree(FOLDER / "libexec" / "publish", tree, symlinks=True)
+    for member, (_, flags, _) in index(binary).items():
+        if flags & FLAG_LAZY and (tree / member).exists():
+            (tree / member).unlink()
+    with open(binary, "rb") as payload:
+        r = subprocess.run(
+            [
+                *(
+                    str(tree / "ld-publish.so.1"),
+                    "--inhibit-cache",
+                    "--library-path",
+                    str(tree / "_internal"),
+                ),
+                *(str(tree / "publish"), "-I", "-S", "-X", f"publish-payload={payload.fileno()}"),
+                *("-c", SWAP_DURING_WRITE, str(REPO / "packaging" / "build" / "boot.py")),
+            ],
+            capture_output=True,
+            text=True,
+            pass_fds=(payload.fileno(),),
+            env=env_for(tmp_path),
+            timeout=120,
+        )
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    json_file, part = r.stdout.split()
+    assert json_file == f"{tree}/lib/more.zip/json/__init__.pyc"
+    assert part.startswith(f"{tree}/lib/more.zip.part-")  # the swap did fall there
+    assert (tree / "lib" / "more.zip").is_file()

@@ -189,9 +189,31 @@ class _Finder:
             return f"mode {st.st_mode & 0o777:03o}, not {mode & 0o700:03o}"
         return ""
 
-    def _unpack(self, member: str) -> None:
+    def _write(self, member: str, target: str, data: bytes, st: os.stat_result | None) -> None:
         import os
         import stat
+
+        # the cache is shared by concurrent starts: each writes its own part, and the rename is atomic (a
+        # process that maps the file it replaces keeps the old one: nothing is rewritten in place)
+        part = f"{target}.part-{os.getpid()}"
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, self.index[member][1] & 0o700)
+            os.utime(fd, ns=(os.fstat(fd).st_atime_ns, self.stamp))  # the access time as it is
+        except BaseException:
+            os.close(fd)
+            os.unlink(part)
+            raise
+        os.close(fd)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            os.rename(target, f"{target}.damaged-{os.getpid()}")  # rename cannot replace a directory
+        os.rename(part, target)
+
+    def _unpack(self, member: str) -> None:
+        import os
 
         # Checked on every call, not once a process: a later start may have swapped a fresh copy in under this
         # one (launcher.c), which lacks the lazy members until some process unpacks them again.
@@ -204,25 +226,13 @@ class _Finder:
         if st is not None and not damage:
             return
         data = self._data(member)
-        # the cache is shared by concurrent starts: each writes its own part, and the rename is atomic (a
-        # process that maps the file it replaces keeps the old one: nothing is rewritten in place)
-        part = f"{target}.part-{os.getpid()}"
         try:
-            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fchmod(fd, self.index[member][1] & 0o700)
-                os.utime(fd, ns=(os.fstat(fd).st_atime_ns, self.stamp))  # the access time as it is
-            except BaseException:
-                os.close(fd)
-                os.unlink(part)
-                raise
-            os.close(fd)
-            if st is not None and stat.S_ISDIR(st.st_mode):
-                os.rename(target, f"{target}.damaged-{os.getpid()}")  # rename cannot replace a directory
-            os.rename(part, target)
+                self._write(member, target, data, st)
+            except FileNotFoundError:
+                # A later start swapped a fresh copy in under this process (launcher.c) between the open of
+                # the part and its rename, which then finds no part: write it again, into the copy now there.
+                self._write(member, target, data, None)
         except OSError as e:
             where = "TMPDIR" if "/.publish-" in self.root else "PUBLISH_CACHE_DIR"
             # The verb needs a part of the program the launcher left packed (TLS, S3, Vault): say what
