@@ -1,6 +1,6 @@
 """Start-up cost of `publish`: wall time and peak RSS, per form, as a markdown table.
 
-    python bench/startup.py [-n RUNS] [--rounds R]
+    python bench/startup.py [-n RUNS] [--rounds R] [--against OTHER]
 
 Forms: dist/publish (one file, warm: its unpacked copy already in the cache), the one file without a cache
 (PUBLISH_CACHE_DIR=off: it unpacks on every start), dist/publish-folder/bin/publish (folder), `python -m
@@ -12,6 +12,10 @@ of RUNS runs (default 30) after one warm-up run, so the page cache is warm. Run 
 Then the paired comparison the target is about (warm one file <= 1.2x the folder form's CPU): R rounds
 (default 15), each running the one file and the folder alternately 5 times per command; a round's ratio is
 the median CPU of the one file over the folder's; the median ratio over the rounds, and its range.
+
+--against OTHER (another build's one file, e.g. a copy of dist/publish made before a change): the same paired
+comparison, warm, of dist/publish against OTHER, each with its own copy in the same cache; alone, without the
+table above.
 """
 
 from __future__ import annotations
@@ -100,10 +104,31 @@ def paired(a: list[str], b: list[str], rounds: int, env: dict[str, str]) -> tupl
     return statistics.median(all_a), statistics.median(all_b), ratios
 
 
+def against(one: Path, other: Path, commands: dict[str, list[str]], rounds: int, env: dict[str, str]) -> int:
+    print(f"Python {sys.version.split()[0]}; {os.cpu_count()} CPUs")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print()
+    print(f"paired, {rounds} rounds of 5 interleaved runs each, both warm: CPU of {one} / {other}")
+    print()
+    print("| command | this one file CPU ms | other CPU ms | ratio (median) | ratio range over rounds |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    for name, argv in commands.items():
+        one_ms, other_ms, ratios = paired([str(one), *argv], [str(other), *argv], rounds, env)
+        print(
+            f"| {name} | {one_ms:.1f} | {other_ms:.1f} | {statistics.median(ratios):.2f}x"
+            f" | {min(ratios):.2f}x - {max(ratios):.2f}x |",
+            flush=True,
+        )
+    print()
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=30, help="runs per cell (at least 20)")
     parser.add_argument("--rounds", type=int, default=15, help="rounds of the paired comparison (at least 5)")
+    parser.add_argument("--against", type=Path, help="another build's one file: paired comparison only")
     args = parser.parse_args()
     runs = max(args.n, 20)
     one, folder = REPO / "dist" / "publish", REPO / "dist" / "publish-folder"
@@ -132,6 +157,8 @@ def main() -> int:
             "version": ["version"],
             "resolve (POSIX, 100 entries)": ["resolve", "-checkpoint", str(root)],
         }
+        if args.against:
+            return against(one, args.against.resolve(), commands, max(args.rounds, 5), env)
         print(f"{runs} runs a cell, medians; Python {sys.version.split()[0]}; {os.cpu_count()} CPUs")
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print()

@@ -1008,6 +1008,16 @@ def test_a_build_entry_that_is_a_link_is_not_followed(binary: Path, tmp_path: Pa
     os.rename(cache / entry, tmp_path / "moved")
     os.symlink(tmp_path / "moved", cache / entry)
     (tmp_path / "moved" / "publish").write_bytes(b"#!/bin/sh\necho planted\n")
+    planted = tree_state(tmp_path / "moved")
+    r = subprocess.run([str(binary), "version"], capture_output=True, text=True, env=env)
+    assert (r.returncode, r.stdout) == (0, VERSION_LINE)
+    # the link is damage (tests/test_unpack_cache.py): moved aside, never followed, and a copy put in its place
+    assert r.stderr.startswith(
+        f"publish: warning: the unpacked copy {cache / entry} was damaged (it is a symbolic"
+    )
+    assert r.stderr.count("\n") == 1
+    assert tree_state(tmp_path / "moved") == planted
+    assert (cache / entry).is_dir() and not (cache / entry).is_symlink()
     r = subprocess.run([str(binary), "version"], capture_output=True, text=True, env=env)
     assert (r.returncode, first(r.stdout), r.stderr) == (0, VERSION_LINE, "")
 
@@ -1048,7 +1058,8 @@ def test_a_half_filled_copy_is_never_used(binary: Path, tmp_path: Path) -> None:
 
 def test_clean_unpacked_removes_fill_directories_left_in_a_cache(binary: Path, tmp_path: Path) -> None:
     """A start killed while filling the cache leaves CACHE/.tmp-PID-N; clean-unpacked CACHE removes an old one
-    and leaves the build copies and a young fill directory."""
+    and leaves the build copies and a young fill directory. A damaged copy that was a link, moved aside as
+    CACHE/.damaged-BUILD-PID-N, goes too, its target left alone."""
     cache, tmpdir = tmp_path / "cache", tmp_path / "tmp"
     tmpdir.mkdir()
     env = env_for(tmpdir, PUBLISH_CACHE_DIR=str(cache))
@@ -1061,9 +1072,16 @@ def test_clean_unpacked_removes_fill_directories_left_in_a_cache(binary: Path, t
     then = time.time() - 600
     for d in (old, cache / copy):
         os.utime(d, (then, then))
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep").write_bytes(b"")
+    link = cache / f".damaged-{copy}-4244-0"
+    link.symlink_to(target)
     script = str(REPO / "packaging" / "install" / "clean-unpacked")
     r = subprocess.run([script, str(cache)], capture_output=True, text=True, timeout=60)
-    assert (r.returncode, r.stdout, r.stderr) == (0, f"clean-unpacked: removed {old}\n", "")
+    assert (r.returncode, r.stderr) == (0, "")
+    assert sorted(r.stdout.splitlines()) == sorted(f"clean-unpacked: removed {d}" for d in (old, link))
+    assert os.listdir(target) == ["keep"]
     assert cache_entries(cache) == sorted([copy, young.name])
     r = subprocess.run([str(binary), "version"], capture_output=True, text=True, env=env)
     assert (r.returncode, first(r.stdout), r.stderr) == (0, VERSION_LINE, "")

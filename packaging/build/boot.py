@@ -8,8 +8,17 @@ In the one-file form the launcher unpacks only what every verb needs (the interp
 pythonXY.zip) and leaves the rest in the file: more.zip, the extension modules and the C libraries only they
 need (OpenSSL for TLS and hashlib, ...). It passes the file itself as descriptor FD. The finder below, last on
 sys.meta_path, so asked only for a module found nowhere else, unpacks such an extension module (and the
-libraries it needs), or more.zip, into the private directory the launcher made, on first use. A POSIX verb
-never pays for TLS. The folder form has every file on disk and passes no descriptor.
+libraries it needs), or more.zip, into the directory the launcher unpacked into (the cache's copy or a
+private one), on first use. A POSIX verb never pays for TLS. The folder form has every file on disk and passes
+no descriptor.
+
+A member already there is used only if it is as this finder would write it: a regular file of the index's
+size and owner's permission bits, with the stamp (the modification time launcher.c's set_stamp derives from
+the build's digest). Any other (cut short, rewritten in place, a link, a FIFO) is unpacked again over it, with
+one warning line. It is checked on every import that needs it: a later start may have swapped a fresh copy in
+under this process, which reads its files by path. So that nothing lazy is read past the check, the one-file
+form takes lib-dynload off sys.path (only this finder finds extension modules there) and puts more_hook first
+on sys.path_hooks (the importer of a package's folder inside more.zip checks more.zip before each search).
 
 The archive's format is written by packaging/build/freeze.py and read by packaging/build/launcher.c; keep the three in step.
 """
@@ -20,9 +29,11 @@ import sys
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start
 if TYPE_CHECKING:
+    import os
     from collections.abc import Sequence
     from importlib.machinery import ModuleSpec
     from types import ModuleType
+    from zipimport import zipimporter
 
 MORE = "lib/more.zip"
 
@@ -34,6 +45,7 @@ class _Finder:
     MAGIC = b"PUBLSHX1"
     CODEC_ZLIB = 2
     FLAG_LAZY = 1
+    STAMP_BASE = 1_000_000_000  # launcher.c: STAMP_BASE + 2 * the first 6 hex digits of .build-id, in seconds
 
     def __init__(self, root: str, fd: int) -> None:
         import _thread
@@ -44,6 +56,7 @@ class _Finder:
         self.index: dict[str, tuple[int, int, int, int, int]] = {}  # lazy member -> codec, mode, offset, ...
         self.lock = _thread.allocate_lock()
         self.busy: int | None = None  # the thread inside find_spec
+        self.stamp = self.STAMP_BASE * 1_000_000_000  # the members' modification time, ns (set by _read)
 
     def find_spec(
         self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
@@ -99,6 +112,35 @@ class _Finder:
         where = "/".join([self.root, MORE, *package.split(".")]) if package else self.root + "/" + MORE
         return PathFinder.find_spec(name, [where])
 
+    def more_hook(self, path: str) -> zipimporter:
+        """First on sys.path_hooks in the one-file form: the importer of a path inside more.zip (a package of
+        more.zip, once imported, has its __path__ there, and its submodules are found through it, not through
+        this finder): a zipimporter that checks more.zip (_unpack) before each search."""
+        if not (path + "/").startswith(self.root + "/" + MORE + "/"):
+            raise ImportError("not in more.zip")
+        import zipimport
+
+        finder = self
+
+        class More(zipimport.zipimporter):
+            def find_spec(self, fullname: str, target: ModuleType | None = None) -> ModuleSpec | None:
+                finder._check_more()
+                return super().find_spec(fullname, target)
+
+        self._check_more()
+        return More(path)
+
+    def _check_more(self) -> None:
+        import _thread
+
+        if self.busy == _thread.get_ident():
+            return  # called from _find, which has just checked
+        with self.lock:
+            if self.table is None:
+                self._read()
+            if MORE in self.index:
+                self._unpack(MORE)
+
     def _read(self) -> None:
         # Only modules already loaded or built in: this runs inside an import, under the lock.
         import os
@@ -123,6 +165,9 @@ class _Finder:
             pos += plen
             if kind == 1 and flags & self.FLAG_LAZY:
                 self.index[path] = (codec, mode, off, packed, size)
+        if ".build-id" in self.index:
+            digest = self._data(".build-id")[:6].decode()
+            self.stamp = (self.STAMP_BASE + 2 * int(digest, 16)) * 1_000_000_000
         table: dict[str, list[str]] = {}
         if ".lazy" in self.index:
             for line in self._data(".lazy").decode().splitlines():
@@ -142,29 +187,67 @@ class _Finder:
             raise ImportError(f"the archive appended to this executable is damaged ({member})")
         return data
 
+    def _damage(self, member: str, st: os.stat_result) -> str:
+        """Why the member found on disk is not as _unpack writes it ("" if it is)."""
+        import stat
+
+        _, mode, _, _, size = self.index[member]
+        if stat.S_ISLNK(st.st_mode):
+            return "a symbolic link"
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_size != size:
+            return f"{st.st_size} bytes, not {size}"
+        if st.st_mtime_ns != self.stamp:
+            return "modified since it was unpacked"
+        if st.st_mode & 0o700 != mode & 0o700:
+            return f"mode {st.st_mode & 0o777:03o}, not {mode & 0o700:03o}"
+        return ""
+
+    def _write(self, member: str, target: str, data: bytes, st: os.stat_result | None) -> None:
+        import os
+        import stat
+
+        # the cache is shared by concurrent starts: each writes its own part, and the rename is atomic (a
+        # process that maps the file it replaces keeps the old one: nothing is rewritten in place)
+        part = f"{target}.part-{os.getpid()}"
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, self.index[member][1] & 0o700)
+            os.utime(fd, ns=(os.fstat(fd).st_atime_ns, self.stamp))  # the access time as it is
+        except BaseException:
+            os.close(fd)
+            os.unlink(part)
+            raise
+        os.close(fd)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            os.rename(target, f"{target}.damaged-{os.getpid()}")  # rename cannot replace a directory
+        os.rename(part, target)
+
     def _unpack(self, member: str) -> None:
         import os
 
+        # Checked on every call, not once a process: a later start may have swapped a fresh copy in under this
+        # one (launcher.c), which lacks the lazy members until some process unpacks them again.
         target = self.root + "/" + member
-        if os.path.exists(target):
+        try:
+            st: os.stat_result | None = os.lstat(target)
+        except FileNotFoundError:
+            st = None
+        damage = self._damage(member, st) if st is not None else ""
+        if st is not None and not damage:
             return
         data = self._data(member)
-        # the cache is shared by concurrent starts: each writes its own part, and the rename is atomic
-        part = f"{target}.part-{os.getpid()}"
         try:
-            fd = os.open(
-                part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, self.index[member][1] & 0o700
-            )
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            except BaseException:
-                os.close(fd)
-                os.unlink(part)
-                raise
-            os.close(fd)
-            os.rename(part, target)
+                self._write(member, target, data, st)
+            except FileNotFoundError:
+                # A later start swapped a fresh copy in under this process (launcher.c) between the open of
+                # the part and its rename, which then finds no part: write it again, into the copy now there.
+                self._write(member, target, data, None)
         except OSError as e:
             where = "TMPDIR" if "/.publish-" in self.root else "PUBLISH_CACHE_DIR"
             # The verb needs a part of the program the launcher left packed (TLS, S3, Vault): say what
@@ -174,6 +257,12 @@ class _Finder:
                 f"cannot unpack {member} into {self.root}: {e.strerror}"
                 f" (free space there, or point {where} at another filesystem)",
             ) from None
+        if damage:
+            sys.stderr.write(
+                f"publish: warning: the unpacked copy {self.root} was damaged ({member}: {damage});"
+                f" unpacked {member} again\n"
+            )
+            sys.stderr.flush()
 
 
 def _install() -> None:
@@ -186,7 +275,12 @@ def _install() -> None:
             os.set_inheritable(payload, False)  # the program's own children never see it
         except OSError:
             payload = -1
-    sys.meta_path.append(_Finder(sys.prefix, payload))
+    finder = _Finder(sys.prefix, payload)
+    if payload >= 0:
+        # the extension modules are lazy members: found by the finder alone, which checks what it finds
+        sys.path[:] = [p for p in sys.path if not p.endswith("/lib-dynload")]
+        sys.path_hooks.insert(0, finder.more_hook)
+    sys.meta_path.append(finder)
 
 
 _install()

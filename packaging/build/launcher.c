@@ -15,14 +15,15 @@
  *             packaging/build/README.md). It is unpacked once per build and per user into the cache,
  *             CACHE/BUILD-DIGEST (CACHE: $PUBLISH_CACHE_DIR, else $XDG_CACHE_HOME/publish, else
  *             $HOME/.cache/publish; a directory of this user's, mode 0700, not a link, writable by no one
- *             else), filled in CACHE/.tmp-PID-N and renamed into place complete; later starts run that copy
- *             and write nothing. Without a usable cache (PUBLISH_CACHE_DIR=off, no $HOME, a noexec or refused
- *             one), each start unpacks into a private directory of its own on the first candidate filesystem
- *             that is writable and allows executables ($TMPDIR, /tmp, /dev/shm, $XDG_RUNTIME_DIR, /var/tmp,
- *             the binary's folder, $HOME), so a noexec /tmp is passed over. Members flagged lazy (OpenSSL,
- *             extension modules, modules only S3 and Vault use) are not unpacked here: this file stays open
- *             as descriptor FD and the program unpacks them into the same directory on first import
- *             (packaging/build/boot.py).
+ *             else), filled in CACHE/.tmp-PID-N and renamed into place complete; later starts check that copy
+ *             (one fstatat per member: check_copy), run it and write nothing. A damaged copy is said on one
+ *             line, replaced by a fresh one and kept as CACHE/.damaged-ID-PID-N. Without a usable cache
+ *             (PUBLISH_CACHE_DIR=off, no $HOME, a noexec or refused one), each start unpacks into a private
+ *             directory of its own on the first candidate filesystem that is writable and allows executables
+ *             ($TMPDIR, /tmp, /dev/shm, $XDG_RUNTIME_DIR, /var/tmp, the binary's folder, $HOME), so a noexec
+ *             /tmp is passed over. Members flagged lazy (OpenSSL, extension modules, modules only S3 and Vault
+ *             use) are not unpacked here: this file stays open as descriptor FD and the program unpacks them
+ *             into the same directory on first import (packaging/build/boot.py).
  *
  * In both forms the loader is exec'd in place: the process keeps its pid, receives its signals directly and
  * its exit status is the program's. A private directory (no cache) is removed through a small detached process
@@ -36,6 +37,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,9 +67,12 @@
 
 extern char **environ;
 
-static void say(const char *fmt, const char *a, const char *b) {
-    char msg[PATH_MAX * 2 + 256];
-    int n = snprintf(msg, sizeof msg, fmt, a, b);
+__attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...) {
+    char msg[PATH_MAX * 4 + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     if (n > 0) {
         if ((size_t)n >= sizeof msg) n = sizeof msg - 1;
         ssize_t w = write(2, msg, (size_t)n);
@@ -179,6 +184,22 @@ static int write_all(int fd, const unsigned char *data, uint64_t size) {
     return 0;
 }
 
+/* The stamp: every file an unpack writes gets this modification time once written (futimens), and a warm start
+   checks it with the file's type, size and owner's permission bits (check_copy), so that a file changed in
+   place, even to the same size, is seen. A whole, even number of seconds in 2001-2002 (kept exactly by every
+   filesystem, FAT's 2-second clock included; no write sets it), derived from the build's digest: STAMP_BASE
+   plus twice the number its first 6 hex digits spell. packaging/build/boot.py stamps and checks the lazy
+   members with the same rule. The access time is left alone (UTIME_OMIT), so that a purge by access time (the
+   usual one on scratch filesystems) still sees the copy's use. */
+#define STAMP_BASE 1000000000L
+static struct timespec stamp[2] = {{0, UTIME_OMIT}, {STAMP_BASE, 0}};
+
+static void set_stamp(const char *id) {
+    long v = 0;
+    for (int k = 0; k < 6; k++) v = v * 16 + (id[k] <= '9' ? id[k] - '0' : id[k] - 'a' + 10);
+    stamp[1].tv_sec = STAMP_BASE + 2 * v;
+}
+
 /* Set for the cache: a copy kept across boots is on disk before it is renamed into place, so a crash never
    leaves a copy with empty files that later starts would run. */
 static int durable;
@@ -210,6 +231,8 @@ static int write_file(int dirfd, const char *path, unsigned mode, unsigned codec
     int fd = openat(dirfd, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode & 0777);
     if (fd < 0) return -1;
     int rc = write_all(fd, codec == CODEC_LZ4 ? buf : data, size);
+    if (rc == 0) rc = fchmod(fd, mode & 0700); /* exactly the index's bits, whatever the umask */
+    if (rc == 0) rc = futimens(fd, stamp);
     if (rc == 0 && durable) rc = fsync(fd);
     int e = errno;
     if (close(fd) != 0 && rc == 0) {
@@ -493,52 +516,208 @@ static int open_cache(char *dir, const char **why) {
     return fd;
 }
 
-/* This build's copy in the cache (descriptor cfd, path dir): made if missing, by filling a private temporary
-   directory (.tmp-PID-N) and renaming it into place complete, so a half-filled copy is never used and a
-   concurrent start that loses the race uses the winner's. Files in place are never rewritten (no SIGBUS for
-   a process running from them). 0 with root filled. */
+/* Does the copy below dirfd still hold every member every start needs (all but the lazy ones) as the unpack
+   left it: each there, of its kind, not a link where the index has none, and each file of the index's size,
+   owner's permission bits and stamp? One fstatat each, no read: a warm start's whole cost. Directories come
+   before their members in the index and are checked without following links, so no member is reached through
+   a link. 0 if so; 1 with what filled ("PATH: REASON", the first member that differs) if not; -1 (errno
+   EILSEQ) for a bad index. */
+static int check_copy(int dirfd, const unsigned char *idx, uint64_t idx_len, uint64_t count, char *what,
+                      size_t n) {
+    const unsigned char *p = idx, *end = idx + idx_len;
+    char path[PATH_MAX], why[96];
+    for (uint64_t i = 0; i < count; i++) {
+        if (end - p < ENTRY_HEAD) goto bad;
+        unsigned kind = p[0], flags = p[2];
+        unsigned mode = get32(p + 4);
+        uint64_t packed = get64(p + 16), size = get64(p + 24);
+        uint32_t plen = get32(p + 32);
+        p += ENTRY_HEAD;
+        if (plen == 0 || plen >= sizeof path || (uint64_t)(end - p) < plen) goto bad;
+        memcpy(path, p, plen);
+        path[plen] = 0;
+        p += plen;
+        if (path[0] == '/' || strstr(path, "..")) goto bad;
+        if (kind > KIND_LINK) goto bad;
+        if (kind == KIND_FILE && (flags & FLAG_LAZY)) continue;
+        struct stat st;
+        why[0] = 0;
+        if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            snprintf(why, sizeof why, "%s", errno == ENOENT || errno == ENOTDIR ? "missing" : strerror(errno));
+        } else if (kind == KIND_DIR) {
+            if (!S_ISDIR(st.st_mode)) snprintf(why, sizeof why, "not a directory");
+        } else if (kind == KIND_LINK) {
+            if (!S_ISLNK(st.st_mode)) snprintf(why, sizeof why, "not a symbolic link");
+            else if ((uint64_t)st.st_size != packed) snprintf(why, sizeof why, "a link to another target");
+        } else if (!S_ISREG(st.st_mode)) {
+            snprintf(why, sizeof why, "%s", S_ISLNK(st.st_mode) ? "a symbolic link" : "not a regular file");
+        } else if ((uint64_t)st.st_size != size) {
+            snprintf(why, sizeof why, "%llu bytes, not %llu", (unsigned long long)st.st_size,
+                     (unsigned long long)size);
+        } else if (st.st_mtim.tv_sec != stamp[1].tv_sec || st.st_mtim.tv_nsec != 0) {
+            snprintf(why, sizeof why, "modified since it was unpacked");
+        } else if ((st.st_mode & 0700) != (mode & 0700)) {
+            snprintf(why, sizeof why, "mode %03o, not %03o", st.st_mode & 0777, mode & 0700);
+        }
+        if (why[0]) {
+            snprintf(what, n, "%s: %s", path, why);
+            return 1;
+        }
+    }
+    return 0;
+bad:
+    errno = EILSEQ;
+    return -1;
+}
+
+/* Rename the entry `from` of the cache to CACHE/.damaged-ID-PID-N (the first free N), name into aside. 0 if
+   done. */
+static int put_aside(int cfd, const char *from, const char *id, char *aside, size_t n) {
+    for (int i = 0; i < 100; i++) {
+        snprintf(aside, n, ".damaged-%s-%ld-%d", id, (long)getpid(), i);
+        if (fstatat(cfd, aside, &(struct stat){0}, AT_SYMLINK_NOFOLLOW) == 0) continue;
+        if (renameat(cfd, from, cfd, aside) == 0) return 0;
+        if (errno != EEXIST && errno != ENOTEMPTY && errno != EISDIR && errno != ENOTDIR) return -1;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+/* The one line a start that used or refused the cache has to say, if any (set by cached_copy, printed by the
+   caller once it knows what it runs from). */
+static char warning[PATH_MAX * 3 + 512];
+
+/* This build's copy in the cache (descriptor cfd, path dir), checked (check_copy) and made if missing or
+   damaged: a private temporary directory (.tmp-PID-N) is filled, checked the same way, and renamed into place
+   complete, so a half-filled copy is never used and a concurrent start that loses the race uses the winner's.
+   A damaged copy is swapped for the fresh one in one step where the filesystem can (RENAME_EXCHANGE: the name
+   never points at nothing), else renamed aside first; either way it ends as CACHE/.damaged-ID-PID-N, never
+   deleted here: a process may still run from it. Files in place are never rewritten (no SIGBUS for a process
+   running from them). 0 with root filled. */
 static int cached_copy(int cfd, const char *dir, const char *id, const unsigned char *base, uint64_t size,
                        const unsigned char *idx, uint64_t idx_len, uint64_t count, char *root, size_t n) {
     struct stat st;
     int w = snprintf(root, n, "%s/%s", dir, id);
     if (w <= 0 || (size_t)w >= n) return -1;
+    char damage[PATH_MAX + 128] = "", aside[128] = "";
+    dev_t dev = 0;
+    ino_t ino = 0;
     if (fstatat(cfd, id, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-        if (S_ISDIR(st.st_mode) && st.st_uid == geteuid()) return 0;
-        errno = ENOTDIR;
+        dev = st.st_dev;
+        ino = st.st_ino;
+        if (S_ISLNK(st.st_mode)) {
+            snprintf(damage, sizeof damage, "it is a symbolic link");
+        } else if (!S_ISDIR(st.st_mode)) {
+            snprintf(damage, sizeof damage, "it is not a directory");
+        } else if (st.st_uid != geteuid()) {
+            snprintf(damage, sizeof damage, "it is owned by another user");
+        } else {
+            int dfd = openat(cfd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (dfd < 0) {
+                snprintf(damage, sizeof damage, "%s", strerror(errno));
+            } else {
+                int c = check_copy(dfd, idx, idx_len, count, damage, sizeof damage);
+                close(dfd);
+                if (c <= 0) return c;
+            }
+        }
+    } else if (errno != ENOENT) {
         return -1;
     }
-    if (errno != ENOENT) return -1;
     char tmp[64];
-    int made = 0;
+    int made = 0, e = 0;
     for (int i = 0; i < 1000 && !made; i++) {
         snprintf(tmp, sizeof tmp, ".tmp-%ld-%d", (long)getpid(), i);
         if (mkdirat(cfd, tmp, 0700) == 0) made = 1;
-        else if (errno != EEXIST) return -1;
+        else if (errno != EEXIST) break;
     }
-    if (!made) return -1;
+    if (!made) {
+        e = errno ? errno : EEXIST;
+        goto failed;
+    }
     int tfd = openat(cfd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     durable = 1;
     int rc = tfd < 0 ? -1 : unpack(tfd, base, size, idx, idx_len, count);
     durable = 0;
     if (rc == 0) rc = fsync(tfd);
-    int e = errno;
+    e = errno;
+    if (rc == 0) {
+        /* what this start just wrote must pass the check every later start makes, or each of them would
+           find the copy damaged and unpack it again: a filesystem that does not keep the times, say */
+        char fresh[PATH_MAX + 128];
+        if (check_copy(tfd, idx, idx_len, count, fresh, sizeof fresh) != 0) {
+            rc = -1;
+            e = errno == EILSEQ ? EILSEQ : EIO;
+            if (e != EILSEQ)
+                snprintf(warning, sizeof warning,
+                         "publish: warning: not using the cache %s: a copy unpacked there does not read back as "
+                         "written (%s) (unpacking into a private directory instead)\n",
+                         dir, fresh);
+        }
+    }
     if (tfd >= 0) close(tfd);
     if (rc != 0) {
         remove_tree(cfd, tmp);
-        errno = e;
-        return -1;
+        if (warning[0] || e == EILSEQ) {
+            errno = e;
+            return -1;
+        }
+        goto failed;
+    }
+    if (damage[0]) {
+        if (fstatat(cfd, id, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_dev != dev || st.st_ino != ino) &&
+            S_ISDIR(st.st_mode)) {
+            /* a concurrent start has already put a fresh copy in place: use that one */
+            remove_tree(cfd, tmp);
+            snprintf(warning, sizeof warning,
+                     "publish: warning: the unpacked copy %s was damaged (%s); another start unpacked it again\n",
+                     root, damage);
+            return 0;
+        }
+        if (syscall(SYS_renameat2, cfd, tmp, cfd, id, RENAME_EXCHANGE) == 0) {
+            /* the fresh copy is in place; the damaged one has the fill directory's name: give it its own */
+            if (put_aside(cfd, tmp, id, aside, sizeof aside) != 0) snprintf(aside, sizeof aside, "%s", tmp);
+            fsync(cfd);
+            goto repaired;
+        }
+        if (errno != ENOENT) {
+            /* no exchange on this filesystem: the damaged copy goes aside first, then the fresh one in */
+            if (put_aside(cfd, id, id, aside, sizeof aside) != 0 && errno != ENOENT) {
+                e = errno;
+                remove_tree(cfd, tmp);
+                goto failed;
+            }
+        }
     }
     if (renameat(cfd, tmp, cfd, id) != 0) {
         e = errno;
         remove_tree(cfd, tmp);
         if ((e == EEXIST || e == ENOTEMPTY) && fstatat(cfd, id, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-            S_ISDIR(st.st_mode))
-            return 0; /* another start put its copy in place first */
-        errno = e;
-        return -1;
+            S_ISDIR(st.st_mode)) {
+            goto repaired; /* another start put its copy in place first */
+        }
+        goto failed;
     }
     fsync(cfd);
+repaired:
+    if (damage[0] && aside[0])
+        snprintf(warning, sizeof warning,
+                 "publish: warning: the unpacked copy %s was damaged (%s); moved it to %s/%s and unpacked it "
+                 "again\n",
+                 root, damage, dir, aside);
+    else if (damage[0])
+        snprintf(warning, sizeof warning,
+                 "publish: warning: the unpacked copy %s was damaged (%s); another start unpacked it again\n",
+                 root, damage);
     return 0;
+failed:
+    if (damage[0])
+        snprintf(warning, sizeof warning,
+                 "publish: warning: the unpacked copy %s is damaged (%s) and cannot be replaced: %s (unpacking "
+                 "into a private directory instead)\n",
+                 root, damage, strerror(e));
+    errno = e;
+    return -1;
 }
 
 static int run_one_file(int self, int argc, char **argv) {
@@ -559,7 +738,9 @@ static int run_one_file(int self, int argc, char **argv) {
     }
 
     char cdir[PATH_MAX], croot[PATH_MAX], id[ID_LEN + 1];
-    if (cache_path(cdir, sizeof cdir) == 0 && build_id(base, size, base + idx_off, idx_len, count, id) == 0) {
+    int have_id = build_id(base, size, base + idx_off, idx_len, count, id) == 0;
+    if (have_id) set_stamp(id);
+    if (have_id && cache_path(cdir, sizeof cdir) == 0) {
         const char *why;
         int cfd = open_cache(cdir, &why);
         if (why)
@@ -567,6 +748,7 @@ static int run_one_file(int self, int argc, char **argv) {
                 cdir, why);
         if (cfd >= 0 && usable_base(cdir) &&
             cached_copy(cfd, cdir, id, base, size, base + idx_off, idx_len, count, croot, sizeof croot) == 0) {
+            if (warning[0]) say("%s", warning);
             close(cfd);
             munmap((void *)base, size);
             int payload = -1;
@@ -586,6 +768,7 @@ static int run_one_file(int self, int argc, char **argv) {
                 say("publish: %s%s: the archive appended to this executable is damaged\n", "", "");
                 exit(1);
             }
+            if (warning[0]) say("%s", warning);
             if (cfd >= 0) close(cfd);
         }
     }
