@@ -556,7 +556,9 @@ def tls_s3(moto_s3: Moto, tmp_path: Path) -> Iterator[tuple[str, str, bytes, str
     host, port = moto_s3.endpoint.removeprefix("http://").split(":")
     front = TLSFront((host, int(port)), ctx)
     bucket = moto_s3.create_bucket()
-    moto_s3.client().put_object(Bucket=bucket, Key="run/.publish-root", Body=b"")  # the root, as init makes it
+    moto_s3.client().put_object(
+        Bucket=bucket, Key="run/.publish-root", Body=b""
+    )  # the root, as init makes it
     try:
         yield f"https://127.0.0.1:{front.port}", bucket, ca.cert_pem.bytes(), moto_s3.access_key
     finally:

@@ -201,7 +201,9 @@ class RootModel(RuleBasedStateMachine):
         lines = []
         for step, path in sorted(candidates):
             name = entry_name(epoch, step, path)
-            doomed = any(t == path or path.startswith(t + "/") or t.startswith(path + "/") for t in self.tombs)
+            doomed = any(
+                t == path or path.startswith(t + "/") or t.startswith(path + "/") for t in self.tombs
+            )
             if name not in self.entries and not doomed:
                 lines.append(f"published {name} (epoch {epoch}, step {step}, {self.root.location(path)})\n")
         assert r.code == 0, f"watch exited {r.code}: {r.err!r}"
@@ -307,7 +309,11 @@ class RootModel(RuleBasedStateMachine):
     def init(self) -> None:
         r = self.root.run("init")
         if self.root_exists:
-            assert (r.code, r.out, r.err) == (0, "", f"publish: checkpoint root {self.root.loc} already exists\n"), r
+            assert (r.code, r.out, r.err) == (
+                0,
+                "",
+                f"publish: checkpoint root {self.root.loc} already exists\n",
+            ), r
             if self.s3:
                 self.marker = self.root.has_marker()
         else:

@@ -27,7 +27,7 @@ import _socket, _ssl, pickle, pyexpat
 
 data = bytes.fromhex(sys.stdin.read())
 ctx = tls.client_context()
-keys, prefixes, sizes, truncated, token = s3xml.listing("a listing", b'<?xml version="1.0"?><ListBucketResult><Name>b</Name><Prefix></Prefix><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated><Contents><Key>k</Key><Size>3</Size></Contents></ListBucketResult>')
+keys, prefixes, sizes, modified, truncated, token = s3xml.listing("a listing", b'<?xml version="1.0"?><ListBucketResult><Name>b</Name><Prefix></Prefix><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated><Contents><Key>k</Key><Size>3</Size></Contents></ListBucketResult>')
 print(json.dumps({
     "sha256_from": hashing.sha256.__module__,
     "md5_from": hashing.md5.__module__,
