@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -125,3 +126,71 @@ class Chroot:
     def close(self) -> None:
         for m in reversed(self.mounts):
             umount(m)
+
+
+def unpack_dir_of(pid: int) -> Path:
+    """The directory a running one-file process was unpacked into (its loader lives there)."""
+    exe = Path(os.readlink(f"/proc/{pid}/exe"))
+    assert exe.name == "ld-publish.so.1"
+    return exe.parent
+
+
+def start_watch(binary: Path, tmp_path: Path, tmpdir: Path, **extra: str) -> subprocess.Popen[str]:
+    root = tmp_path / "root"
+    (root / "exec" / "1").mkdir(parents=True)
+    return subprocess.Popen(
+        [
+            str(binary),
+            "watch",
+            "-checkpoint",
+            str(root),
+            "-framework",
+            "hf",
+            "-attempt",
+            "1",
+            "-interval",
+            "1h",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env_for(tmpdir, **extra),
+    )
+
+
+def catches_sigterm(pid: int) -> bool:
+    """The program has installed its SIGTERM handler (SigCgt in /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
+
+
+def running_program(proc: subprocess.Popen[str]) -> Path:
+    """Wait until the launcher has exec'd the program in place, and return where it was unpacked."""
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        try:
+            if os.readlink(f"/proc/{proc.pid}/exe").endswith("/ld-publish.so.1") and catches_sigterm(
+                proc.pid
+            ):
+                return unpack_dir_of(proc.pid)
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError("the program did not start")
+
+
+def cache_entries(cache: Path) -> list[str]:
+    return sorted(os.listdir(cache)) if cache.is_dir() else []
+
+
+def tree_state(*dirs: Path) -> dict[str, tuple[int, int, int]]:
+    """Every path below dirs with its inode, size and mtime: what a start that writes nothing leaves alone."""
+    state = {}
+    for d in dirs:
+        for p in [d, *d.rglob("*")]:
+            st = p.lstat()
+            state[str(p)] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return state

@@ -32,11 +32,15 @@ from tests.binaries import (
     REPO,
     VERSION_LINE,
     Chroot,
+    cache_entries,
     env_for,
     first,
     leftovers,
     mount,
     publish_entry,
+    running_program,
+    start_watch,
+    tree_state,
     umount,
     unavailable,
     wait_gone,
@@ -282,60 +286,6 @@ def test_noexec_tmpdir(binary: Path, noexec_tmpdir: Path) -> None:
     r = subprocess.run([str(binary), "version"], capture_output=True, text=True, env=env_for(noexec_tmpdir))
     assert (r.returncode, first(r.stdout), r.stderr) == (0, VERSION_LINE, "")
     assert os.listdir(noexec_tmpdir) == []
-
-
-def unpack_dir_of(pid: int) -> Path:
-    """The directory a running one-file process was unpacked into (its loader lives there)."""
-    exe = Path(os.readlink(f"/proc/{pid}/exe"))
-    assert exe.name == "ld-publish.so.1"
-    return exe.parent
-
-
-def start_watch(binary: Path, tmp_path: Path, tmpdir: Path, **extra: str) -> subprocess.Popen[str]:
-    root = tmp_path / "root"
-    (root / "exec" / "1").mkdir(parents=True)
-    return subprocess.Popen(
-        [
-            str(binary),
-            "watch",
-            "-checkpoint",
-            str(root),
-            "-framework",
-            "hf",
-            "-attempt",
-            "1",
-            "-interval",
-            "1h",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env_for(tmpdir, **extra),
-    )
-
-
-def catches_sigterm(pid: int) -> bool:
-    """The program has installed its SIGTERM handler (SigCgt in /proc/PID/status)."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("SigCgt:"):
-                return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
-    return False
-
-
-def running_program(proc: subprocess.Popen[str]) -> Path:
-    """Wait until the launcher has exec'd the program in place, and return where it was unpacked."""
-    end = time.monotonic() + 20
-    while time.monotonic() < end:
-        try:
-            if os.readlink(f"/proc/{proc.pid}/exe").endswith("/ld-publish.so.1") and catches_sigterm(
-                proc.pid
-            ):
-                return unpack_dir_of(proc.pid)
-        except OSError:
-            pass
-        time.sleep(0.02)
-    raise AssertionError("the program did not start")
 
 
 def test_sigterm_reaches_the_program_and_the_unpacked_files_go(binary: Path, noexec_tmpdir: Path) -> None:
@@ -829,20 +779,6 @@ def test_clean_unpacked_removes_only_directories_no_process_uses(binary: Path, t
 
 
 # --- the cache: one unpacked copy per build and per user -------------------------------------------------------
-
-
-def cache_entries(cache: Path) -> list[str]:
-    return sorted(os.listdir(cache)) if cache.is_dir() else []
-
-
-def tree_state(*dirs: Path) -> dict[str, tuple[int, int, int]]:
-    """Every path below dirs with its inode, size and mtime: what a start that writes nothing leaves alone."""
-    state = {}
-    for d in dirs:
-        for p in [d, *d.rglob("*")]:
-            st = p.lstat()
-            state[str(p)] = (st.st_ino, st.st_size, st.st_mtime_ns)
-    return state
 
 
 def test_cache_lives_in_the_users_cache_directory_and_a_warm_start_writes_nothing(

@@ -26,14 +26,17 @@ from tests.binaries import (
     FOLDER,
     REPO,
     VERSION_LINE,
+    cache_entries,
     env_for,
     interpreter_form,
     mount,
     publish_entry,
+    running_program,
+    start_watch,
+    tree_state,
     umount,
     unavailable,
 )
-from tests.test_binary import cache_entries, running_program, start_watch, tree_state
 
 pytestmark = pytest.mark.binary
 
