@@ -43,9 +43,10 @@ _OWN_USAGE = {
 
 def command(verb: str) -> Command:
     """A fresh command (its flags defined, not parsed) for one of VERBS; only its module is imported."""
-    import importlib
-
-    cls: type[Command] = importlib.import_module(f"publish.verbs.{verb}").COMMAND
+    # __import__ rather than importlib.import_module: the importlib package brings warnings in, at start-up.
+    name = f"publish.verbs.{verb}"
+    __import__(name)
+    cls: type[Command] = sys.modules[name].COMMAND
     return cls()
 
 

@@ -12,7 +12,6 @@ from publish import layout, redact, roots, stores
 from publish.deadline import Deadline
 from publish.errors import UsageError
 from publish.flags import FlagSet
-from publish.frameworks import FRAMEWORKS
 from publish.gocompat import PARSE_ERROR, go_quote, parse_decimal
 from publish.redact import quoted, shown
 
@@ -218,6 +217,8 @@ def given_epoch(flag: Flag[int | None], env: Mapping[str, str]) -> int | None:
 
 
 def _framework(text: str) -> str:
+    from publish.frameworks import FRAMEWORKS  # here: a verb that takes no -framework imports none of them
+
     if text not in FRAMEWORKS:
         raise ValueError("must be " + ", ".join(FRAMEWORKS))
     return text
@@ -284,6 +285,8 @@ class SavesCommand(Command):
         """The -framework given; it is required."""
         if self.framework.value is None:
             raise UsageError("-framework is required: hf, dcp, snapshot, lightning or deepspeed")
+        from publish.frameworks import FRAMEWORKS
+
         return FRAMEWORKS[self.framework.value]
 
 

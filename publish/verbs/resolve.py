@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from publish import layout
 from publish.errors import Failure, UsageError
-from publish.frameworks import FRAMEWORKS
 from publish.layout import EXEC, PUB
 from publish.redact import shown
 from publish.roots import S3Root
@@ -39,6 +38,8 @@ def newest_first(names: list[str], where: str) -> Iterator[layout.Entry]:
 def unpublished_saves(dl: Deadline, store: Store) -> int:
     """How many folders (and files: Lightning's ``.ckpt``) under exec/<attempt>/ look like saves of any
     framework."""
+    from publish.frameworks import FRAMEWORKS  # only when pub/ is empty: a resolve that answers imports none
+
     count = 0
     for attempt in store.list_folders(dl, EXEC, []):
         folders, files = store.children(dl, f"{EXEC}/{attempt}")
