@@ -95,7 +95,9 @@ HIDDEN = [
     "http.client", "ipaddress", "json", "json.decoder", "math", "random", "re", "resource", "secrets", "select",
     "selectors", "signal", "socket", "ssl", "stat", "struct", "tempfile", "threading", "time", "urllib", "urllib.parse",
     "uuid", "xml", "xml.etree", "xml.etree.ElementTree", "xml.parsers.expat", "pyexpat", "zlib", "_hashlib",
-    "_ssl", "_json", "_struct", "_socket", "_random", "_sha256", "_sha1", "_md5", "_blake2",
+    "_ssl", "_json", "_struct", "_socket", "_random", "_sha1", "_md5", "_blake2",
+    # hashlib's own SHA-256 when OpenSSL's is not there: _sha256 until 3.11, _sha2 from 3.12
+    "_sha2" if sys.version_info >= (3, 12) else "_sha256",
 ]  # fmt: skip
 EXCLUDES = [
     "torch", "numpy", "tkinter", "_tkinter", "unittest", "pydoc", "pydoc_data", "doctest", "lib2to3",
