@@ -256,6 +256,12 @@ def make_folder(root: Path, launcher: Path, out: Path) -> None:
     os.chmod(out / "bin" / "publish", 0o755)
 
 
+# The extension modules boot.py imports to unpack the lazy members (zlib decodes them and more.zip): built into
+# Debian's interpreter, but an extension module in pyenv's and python.org's builds. Those, and the C libraries
+# they need, are unpacked with what every start needs; left packed, boot.py could not import them.
+UNPACKER_NEEDS = {"zlib"}
+
+
 def lazy_members(root: Path) -> tuple[set[str], str]:
     """The members of an interpreter tree (freeze.py python) that only some verbs need, left packed in the one
     file for packaging/build/boot.py to unpack on first import: every extension module, every C library that
@@ -267,10 +273,16 @@ def lazy_members(root: Path) -> tuple[set[str], str]:
     hot = set(needed(root / "publish", libdir)[0])
     if not hot or not hot <= {p.name for p in libdir.iterdir()}:
         raise SystemExit(f"freeze: {root / 'publish'}: its libraries are not all in {libdir}")
+    exts = sorted(root.glob("lib/python*/lib-dynload/*.so"))
+    for ext in exts:
+        if ext.name.split(".")[0] in UNPACKER_NEEDS:
+            hot |= set(needed(ext, libdir)[0])
     lazy_libs = {p.name for p in libdir.iterdir() if p.is_file()} - hot
     lazy: set[str] = {f"{LIBS}/{name}" for name in lazy_libs} | {"lib/more.zip"}
     lines = []
-    for ext in sorted(root.glob("lib/python*/lib-dynload/*.so")):
+    for ext in exts:
+        if ext.name.split(".")[0] in UNPACKER_NEEDS:
+            continue
         member = str(ext.relative_to(root))
         lazy.add(member)
         deps = sorted(f"{LIBS}/{name}" for name in needed(ext, libdir)[0] if name in lazy_libs)
