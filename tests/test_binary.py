@@ -46,6 +46,9 @@ from tests.servers import Moto
 
 pytestmark = pytest.mark.binary
 
+# install-module installs the folder form under test (beside PUBLISH_BIN), not always dist/publish-folder.
+INSTALL_ENV = {**os.environ, "PUBLISH_FOLDER": str(FOLDER)}
+
 
 @pytest.fixture(scope="module")
 def binary() -> Path:
@@ -669,6 +672,7 @@ def test_install_module_tree(binary: Path, tmp_path: Path) -> None:
         [str(REPO / "packaging" / "install" / "install-module"), str(prefix), "9.8.7"],
         capture_output=True,
         text=True,
+        env=INSTALL_ENV,
     )
     assert r.returncode == 0, r.stderr
     home = prefix / "publish" / "9.8.7"
@@ -688,8 +692,10 @@ def test_install_module_tree(binary: Path, tmp_path: Path) -> None:
 
 def test_install_module_refuses_an_existing_version(binary: Path, tmp_path: Path) -> None:
     script = str(REPO / "packaging" / "install" / "install-module")
-    assert subprocess.run([script, str(tmp_path), "1.0"], capture_output=True).returncode == 0
-    r = subprocess.run([script, str(tmp_path), "1.0"], capture_output=True, text=True)
+    assert (
+        subprocess.run([script, str(tmp_path), "1.0"], capture_output=True, env=INSTALL_ENV).returncode == 0
+    )
+    r = subprocess.run([script, str(tmp_path), "1.0"], capture_output=True, text=True, env=INSTALL_ENV)
     assert r.returncode == 1 and "already installed" in r.stderr
 
 
@@ -707,7 +713,10 @@ def lmod() -> list[str]:
 def test_module_load_puts_publish_on_path(binary: Path, tmp_path: Path, kind: str) -> None:
     prefix = tmp_path / "sw"
     subprocess.run(
-        [str(REPO / "packaging" / "install" / "install-module"), str(prefix)], check=True, capture_output=True
+        [str(REPO / "packaging" / "install" / "install-module"), str(prefix)],
+        check=True,
+        capture_output=True,
+        env=INSTALL_ENV,
     )
     modules = prefix / "modulefiles"
     if kind == "tcl":
@@ -762,6 +771,7 @@ def test_environment_modules_loads_and_unloads_the_tcl_file(
         [str(REPO / "packaging" / "install" / "install-module"), str(prefix), "9.8.7"],
         check=True,
         capture_output=True,
+        env=INSTALL_ENV,
     )
     for lua in (prefix / "modulefiles").rglob("*.lua"):
         lua.unlink()  # the Tcl file alone
