@@ -59,6 +59,24 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Any:
         report.longrepr = f"skipped under CI=true, where every test must run: {report.longrepr}"
 
 
+# The fixtures that start a real server, by the marker of the tests that need one. A test that uses one (even
+# through another fixture) gets that marker, so `-m "not s3 and not vault"` leaves out every test needing a
+# server (./test runs the rest on other Pythons, in environments without the servers).
+SERVER_FIXTURES = {
+    "s3": {"weed", "moto_s3", "s3_server", "weed_bucket", "fault_proxy"},
+    "vault": {"bao", "bao_tls"},
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(items: list[Any]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in SERVER_FIXTURES.items():
+            if used & fixtures and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+
+
 @dataclass
 class Result:
     code: int

@@ -45,10 +45,15 @@ from tests.binaries import (
     unavailable,
     wait_gone,
 )
+from tests.conftest import remember_secret
 from tests.netfixtures import TLSFront
+from tests.ports import dead_port
 from tests.servers import Moto
 
 pytestmark = pytest.mark.binary
+
+# install-module installs the folder form under test (beside PUBLISH_BIN), not always dist/publish-folder.
+INSTALL_ENV = {**os.environ, "PUBLISH_FOLDER": str(FOLDER)}
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +213,50 @@ def test_version_names_the_one_files_build_its_python_and_freezer(binary: Path, 
     assert folder.stdout.splitlines()[1:] == ["build: none", lines[2], lines[3]]  # the folder has no payload
 
 
+def test_every_verb_runs_from_a_cold_one_file(binary: Path, tmp_path: Path) -> None:
+    """Each verb from the one file with an empty cache, so that each unpacks what it needs on first use (the
+    modules of more.zip, the extension modules): with an interpreter whose zlib is an extension module and
+    not built in (pyenv's), boot.py needs zlib to unpack the rest, so zlib must not be left packed."""
+    root, home = tmp_path / "root", tmp_path / "home"
+    home.mkdir()
+    (root / "exec" / "A" / "checkpoint-1").mkdir(parents=True)
+    (root / "exec" / "A" / "checkpoint-1" / "model.bin").write_bytes(b"w")
+    creds = tmp_path / "creds"
+    creds.mkdir(mode=0o700)
+    fields = {
+        "access_key_id": "AKIAEXAMPLE",
+        "secret_access_key": "not-a-secret-0001",
+        "endpoint": f"http://127.0.0.1:{dead_port()}",
+        "region": "us-east-1",
+    }
+    for name, value in fields.items():
+        (creds / name).write_text(value + "\n")
+        (creds / name).chmod(0o600)
+    remember_secret(fields["access_key_id"], fields["secret_access_key"])
+    ckpt = ["-checkpoint", str(root)]
+    verbs: list[tuple[list[str], int, str]] = [
+        (["status", *ckpt], 0, "publications in"),
+        (["publish", *ckpt, str(root / "exec/A/checkpoint-1"), "1"], 0, "published "),
+        (["resolve", *ckpt], 0, str(root / "exec/A/checkpoint-1")),
+        (["prune", *ckpt, "-keep", "1"], 0, ""),
+        (["run", *ckpt, "-framework", "hf", "-attempt", "A", "--", "true"], 0, ""),
+        (["watch", *ckpt, "-framework", "hf"], 2, ""),  # no attempt: a usage error, after the parse
+        (["probe", "-checkpoint", "s3://bucket/p", "-creds", f"file:{creds}", "-timeout", "5s"], 1, ""),
+    ]
+    for args, code, out in verbs:
+        shutil.rmtree(home / ".cache", ignore_errors=True)
+        r = subprocess.run(
+            [str(binary), *args],
+            capture_output=True,
+            text=True,
+            env=env_for(tmp_path, HOME=str(home)),
+            timeout=120,
+        )
+        assert r.returncode == code and out in r.stdout, (args, r)
+        assert "internal error" not in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    assert "does not answer: connection refused" in r.stderr, r.stderr
+
+
 def test_a_large_dcp_metadata_is_read_in_a_child_by_the_frozen_program(binary: Path, tmp_path: Path) -> None:
     """Above 16 KiB a .metadata is read in a forked child (select, resource, marshal; the pure-Python
     unpickler when the C one is slow): the frozen program must carry all of it.  status shows one whole
@@ -316,6 +365,12 @@ def test_one_file_unpacks_tls_only_when_needed(binary: Path, tmp_path: Path) -> 
         proc.communicate(timeout=30)
 
 
+def packed_extensions(tree: Path) -> list[Path]:
+    """The extension modules the one file leaves packed: all but zlib, which boot.py needs to unpack the others
+    (present only where the build Python has zlib as an extension module, not built in)."""
+    return [p for p in (tree / "lib").glob("python3.*/lib-dynload/*.so") if not p.name.startswith("zlib.")]
+
+
 LAZY_PROBE = """
 import os, sys
 exec(open(sys.argv[1]).read().split("\\n_install()\\n")[0])  # packaging/build/boot.py up to its start-up
@@ -334,7 +389,7 @@ def test_lazy_members_are_unpacked_on_first_import(binary: Path, tmp_path: Path)
     its payload: the modules of more.zip, the extension modules and OpenSSL come out on first import."""
     tree = tmp_path / "tree"
     shutil.copytree(FOLDER / "libexec" / "publish", tree, symlinks=True)
-    lazy = [tree / "lib" / "more.zip", *(tree / "lib").glob("python3.*/lib-dynload/*.so")]
+    lazy = [tree / "lib" / "more.zip", *packed_extensions(tree)]
     lazy += [tree / "_internal" / n for n in ("libcrypto.so.3", "libssl.so.3")]
     for p in lazy:
         p.unlink()
@@ -375,7 +430,7 @@ def test_a_full_disk_when_a_packed_member_is_first_needed_says_what_and_where(
     mount("-t", "tmpfs", "-o", "mode=1777,size=32m", "tmpfs", str(small))
     try:
         tree = FOLDER / "libexec" / "publish"
-        lazy = {tree / "lib" / "more.zip", *(tree / "lib").glob("python3.*/lib-dynload/*.so")}
+        lazy = {tree / "lib" / "more.zip", *packed_extensions(tree)}
         lazy |= {tree / "_internal" / n for n in ("libcrypto.so.3", "libssl.so.3")}
         files = [p for p in tree.rglob("*") if p.is_file() and not p.is_symlink()]
         eager = sum(p.stat().st_size for p in files if p not in lazy)
@@ -624,6 +679,7 @@ def test_install_module_tree(binary: Path, tmp_path: Path) -> None:
         [str(REPO / "packaging" / "install" / "install-module"), str(prefix), "9.8.7"],
         capture_output=True,
         text=True,
+        env=INSTALL_ENV,
     )
     assert r.returncode == 0, r.stderr
     home = prefix / "publish" / "9.8.7"
@@ -645,8 +701,10 @@ def test_install_module_tree(binary: Path, tmp_path: Path) -> None:
 
 def test_install_module_refuses_an_existing_version(binary: Path, tmp_path: Path) -> None:
     script = str(REPO / "packaging" / "install" / "install-module")
-    assert subprocess.run([script, str(tmp_path), "1.0"], capture_output=True).returncode == 0
-    r = subprocess.run([script, str(tmp_path), "1.0"], capture_output=True, text=True)
+    assert (
+        subprocess.run([script, str(tmp_path), "1.0"], capture_output=True, env=INSTALL_ENV).returncode == 0
+    )
+    r = subprocess.run([script, str(tmp_path), "1.0"], capture_output=True, text=True, env=INSTALL_ENV)
     assert r.returncode == 1 and "already installed" in r.stderr
 
 
@@ -664,7 +722,10 @@ def lmod() -> list[str]:
 def test_module_load_puts_publish_on_path(binary: Path, tmp_path: Path, kind: str) -> None:
     prefix = tmp_path / "sw"
     subprocess.run(
-        [str(REPO / "packaging" / "install" / "install-module"), str(prefix)], check=True, capture_output=True
+        [str(REPO / "packaging" / "install" / "install-module"), str(prefix)],
+        check=True,
+        capture_output=True,
+        env=INSTALL_ENV,
     )
     modules = prefix / "modulefiles"
     if kind == "tcl":
@@ -719,6 +780,7 @@ def test_environment_modules_loads_and_unloads_the_tcl_file(
         [str(REPO / "packaging" / "install" / "install-module"), str(prefix), "9.8.7"],
         check=True,
         capture_output=True,
+        env=INSTALL_ENV,
     )
     for lua in (prefix / "modulefiles").rglob("*.lua"):
         lua.unlink()  # the Tcl file alone

@@ -4,6 +4,8 @@ question, docs/design.md's Habits, not a test: a cap forced splits by size rathe
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -30,3 +32,23 @@ def test_no_test_module_imports_another() -> None:
             ):
                 offenders.append(f"{path.name} imports {name}")
     assert offenders == []
+
+
+def test_a_test_that_uses_a_server_carries_its_marker() -> None:
+    """test_status.py's S3 tests are not marked s3 in the module; they use the S3 server fixtures, so
+    conftest marks them, and `-m "not s3"` (./test on other Pythons, without the servers) leaves them out."""
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", "-m", "s3"]
+        + ["tests/test_status.py"],
+        capture_output=True,
+        text=True,
+        cwd=HERE.parent,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    chosen = {line for line in r.stdout.splitlines() if line.startswith("tests/")}
+    assert (
+        "tests/test_status.py::test_s3_status_json_reports_everything_and_changes_nothing[moto-None]"
+        in chosen
+    )
+    assert not {line for line in chosen if "::test_s3_" not in line}, chosen

@@ -85,6 +85,17 @@ def make_tree(frozen: Path, root: Path) -> None:
     if loader is None:
         raise SystemExit("freeze: no dynamic loader found: is the frozen program dynamically linked?")
     shutil.copy2(loader.resolve(), root / "ld-publish.so.1")
+    strip_debug(root)
+
+
+def strip_debug(root: Path) -> None:
+    """Drop the debugging sections of the tree's shared libraries and extension modules that carry them (pyenv
+    and python.org builds do: libpython alone is 3 times its stripped size). Only `.so` files: an executable
+    may carry an archive after its ELF sections (PyInstaller's), which strip would drop."""
+    for path in sorted(root.rglob("*.so*")):
+        if is_elf(path) and b".debug_info" in path.read_bytes():
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+            subprocess.run(["strip", "--strip-debug", str(path)], check=True)
 
 
 # The modules the package imports inside functions (S3, Vault, TLS), named so the analysis cannot miss them, and
@@ -95,7 +106,9 @@ HIDDEN = [
     "http.client", "ipaddress", "json", "json.decoder", "math", "random", "re", "resource", "secrets", "select",
     "selectors", "signal", "socket", "ssl", "stat", "struct", "tempfile", "threading", "time", "urllib", "urllib.parse",
     "uuid", "xml", "xml.etree", "xml.etree.ElementTree", "xml.parsers.expat", "pyexpat", "zlib", "_hashlib",
-    "_ssl", "_json", "_struct", "_socket", "_random", "_sha256", "_sha1", "_md5", "_blake2",
+    "_ssl", "_json", "_struct", "_socket", "_random", "_sha1", "_md5", "_blake2",
+    # hashlib's own SHA-256 when OpenSSL's is not there: _sha256 until 3.11, _sha2 from 3.12
+    "_sha2" if sys.version_info >= (3, 12) else "_sha256",
 ]  # fmt: skip
 EXCLUDES = [
     "torch", "numpy", "tkinter", "_tkinter", "unittest", "pydoc", "pydoc_data", "doctest", "lib2to3",
@@ -243,6 +256,12 @@ def make_folder(root: Path, launcher: Path, out: Path) -> None:
     os.chmod(out / "bin" / "publish", 0o755)
 
 
+# The extension modules boot.py imports to unpack the lazy members (zlib decodes them and more.zip): built into
+# Debian's interpreter, but an extension module in pyenv's and python.org's builds. Those, and the C libraries
+# they need, are unpacked with what every start needs; left packed, boot.py could not import them.
+UNPACKER_NEEDS = {"zlib"}
+
+
 def lazy_members(root: Path) -> tuple[set[str], str]:
     """The members of an interpreter tree (freeze.py python) that only some verbs need, left packed in the one
     file for packaging/build/boot.py to unpack on first import: every extension module, every C library that
@@ -254,10 +273,16 @@ def lazy_members(root: Path) -> tuple[set[str], str]:
     hot = set(needed(root / "publish", libdir)[0])
     if not hot or not hot <= {p.name for p in libdir.iterdir()}:
         raise SystemExit(f"freeze: {root / 'publish'}: its libraries are not all in {libdir}")
+    exts = sorted(root.glob("lib/python*/lib-dynload/*.so"))
+    for ext in exts:
+        if ext.name.split(".")[0] in UNPACKER_NEEDS:
+            hot |= set(needed(ext, libdir)[0])
     lazy_libs = {p.name for p in libdir.iterdir() if p.is_file()} - hot
     lazy: set[str] = {f"{LIBS}/{name}" for name in lazy_libs} | {"lib/more.zip"}
     lines = []
-    for ext in sorted(root.glob("lib/python*/lib-dynload/*.so")):
+    for ext in exts:
+        if ext.name.split(".")[0] in UNPACKER_NEEDS:
+            continue
         member = str(ext.relative_to(root))
         lazy.add(member)
         deps = sorted(f"{LIBS}/{name}" for name in needed(ext, libdir)[0] if name in lazy_libs)
