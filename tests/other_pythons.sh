@@ -36,7 +36,10 @@ for t in test_resolve_exists.py::test_an_unreadable_attempt_as_an_unprivileged_u
   deselect+=(--deselect "tests/$t")
 done
 
+# The two venvs first, then the two runs side by side (each is one process on one core; the machine has two),
+# each into a log of its own printed once both are done.
 newest=
+runs=()
 for ver in 3.9 3.13; do
   py=$(find_python "$ver") || {
     [ "${CI:-}" != true ] || die "no CPython $ver under $root/versions: CI runs the tests on 3.9 and 3.13 (pyenv install $ver)"
@@ -52,10 +55,28 @@ for ver in 3.9 3.13; do
     "$venv/bin/python" -m pip install --disable-pip-version-check -r tests/requirements-other-pythons.txt
     echo "$stamp" >"$venv/.publish-stamp"
   fi
-  echo "== the tests that need no server, on $("$venv/bin/python" --version)"
-  "$venv/bin/python" -m pytest -p no:cacheprovider -q -m "$markers" "${ignore[@]}" "${deselect[@]}"
+  runs+=("$ver")
   [ "$ver" != 3.13 ] || newest=$py
 done
+
+logs=$(mktemp -d)
+pids=()
+for ver in "${runs[@]}"; do
+  echo "== the tests that need no server, on $("$PWD/.venv-py$ver/bin/python" --version) (log: $logs/$ver.log)"
+  "$PWD/.venv-py$ver/bin/python" -m pytest -p no:cacheprovider -q -m "$markers" "${ignore[@]}" "${deselect[@]}" \
+    >"$logs/$ver.log" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for i in "${!pids[@]}"; do
+  status=0
+  wait "${pids[$i]}" || status=$?
+  echo "== the tests that need no server, on CPython ${runs[$i]}: exit $status"
+  cat "$logs/${runs[$i]}.log"
+  [ "$status" = 0 ] || failed=1
+done
+rm -rf "$logs"
+[ "$failed" = 0 ] || die "the tests that need no server failed on another Python (above)"
 
 if [ -n "$newest" ]; then
   echo "== building dist/py3.13/publish with $newest, and the binary tests against it"
