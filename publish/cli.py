@@ -206,12 +206,19 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+_blocked = False  #: set once main() has blocked every signal for the rest of the process (keep_traps)
+
+
 def _block_all() -> None:
-    """Block every signal that can be blocked: one arriving from now until the process exits stays pending,
-    so the exit status is the one returned (the interpreter puts back the default handlers as it ends)."""
+    """Block every signal that can be blocked in this thread: one arriving from now on stays pending, or
+    reaches another thread, where the trap's handler (still installed) only notes it.  ``run`` then ends the
+    process at once (os._exit): the interpreter's own ending would put back the default handlers while
+    other threads, which this mask does not cover, can still receive a signal."""
     import signal
 
+    global _blocked
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    _blocked = True
 
 
 def _trap(trap: Trap) -> Callable[[], None]:
@@ -247,7 +254,12 @@ def run() -> int:
     out: TextIO = _Closable(sys.stdout)  # type: ignore[assignment]
     err: TextIO = _Closable(sys.stderr)  # type: ignore[assignment]
     sys.stdout, sys.stderr = out, err
-    return main(sys.argv[1:], os.environ, out, err, keep_traps=True)
+    code = main(sys.argv[1:], os.environ, out, err, keep_traps=True)
+    if _blocked:  # watch or run: exit with exactly this status, however many signals still arrive
+        out.flush()
+        err.flush()
+        os._exit(code)
+    return code
 
 
 class _Closable:

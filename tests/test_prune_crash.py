@@ -171,11 +171,17 @@ def test_resolve_and_watch_are_not_confused_by_tomb(tmp_path: Path) -> None:
     assert (r.code, r.out) == (0, "")
     (root / "exec" / "A" / "checkpoint-1").mkdir(parents=True)
     (root / "exec" / "A" / "checkpoint-1" / "w").write_bytes(b"w")
+    # A folder a tombstone names is one a prune was removing: never published again (tests/test_promise.py).
     r = run_cli("publish", "-checkpoint", str(root), str(root / "exec/A/checkpoint-1"), "1")
+    assert r.code == 1 and "a prune was removing it" in r.err, r
+    (root / "exec" / "A" / "checkpoint-2").mkdir(parents=True)
+    (root / "exec" / "A" / "checkpoint-2" / "w").write_bytes(b"w")
+    r = run_cli("publish", "-checkpoint", str(root), str(root / "exec/A/checkpoint-2"), "2")
     assert r.code == 0, r.err
     r = run_cli("resolve", "-checkpoint", str(root))
-    assert (r.code, r.out, r.err) == (0, f"{root}/exec/A/checkpoint-1\n", "")
-    # watch reads SAVES (below the root, exec/<attempt> by default) and pub/, never tomb/.
+    assert (r.code, r.out, r.err) == (0, f"{root}/exec/A/checkpoint-2\n", "")
+    # watch reads tomb/ only to pass over a save a tombstone names: a name there that is no tombstone
+    # (step_1/) is no concern of its.
     (root / "exec" / "A" / "step_7").mkdir()
     dcp_shapes.write_save(root / "exec" / "A" / "step_7")
     w = Watch("-checkpoint", str(root), "-framework", "dcp", "-interval", "100ms", "-attempt", "A")
@@ -183,7 +189,7 @@ def test_resolve_and_watch_are_not_confused_by_tomb(tmp_path: Path) -> None:
     code, err = w.stop()
     assert code == 0, err
     assert sorted(os.listdir(root / "pub")) == sorted(
-        [layout.name(0, 1, "exec/A/checkpoint-1"), layout.name(0, 7, "exec/A/step_7")]
+        [layout.name(0, 2, "exec/A/checkpoint-2"), layout.name(0, 7, "exec/A/step_7")]
     )
     assert sorted(os.listdir(root / "tomb")) == sorted([layout.tomb_name("exec/A/checkpoint-1"), "step_1"])
 

@@ -117,7 +117,7 @@ def test_a_failing_hint_changes_neither_answer_nor_exit_code(
     need(command() is None, "makes exec/ unreadable in the in-process command")
     (root / "exec/A/checkpoint-1").mkdir(parents=True)
 
-    def unreadable(self: PosixStore, dl: Deadline, path: str) -> list[str]:
+    def unreadable(self: PosixStore, dl: Deadline, path: str, *unexamined: object) -> list[str]:
         raise Failure(f"{self.location(path)}: Permission denied")
 
     monkeypatch.setattr(PosixStore, "list_folders", unreadable)
