@@ -2,12 +2,15 @@
 
 In each case the save the trainer makes on SIGTERM is published, nothing half-written is, and the next
 dispatch resumes from the newest whole save with a greater epoch; after a requeue the job comes back by itself.
+The repeated trials at the end (marker slow) run each way a job is stopped several times over.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -148,12 +151,58 @@ def test_an_array_of_two_tasks_sharing_one_root(run: Run) -> None:
     assert f"trainer: resuming from {newest} at step" in run.log(again)
 
 
-# --- repeated trials --------------------------------------------------------------------------------------------
+def slowed(tmp_path: Path, bin_dir: Path, body: str) -> Path:
+    """A folder with a ``publish`` that runs ``body`` (sh) first, then the real one."""
+    slow = tmp_path / "slow-bin"
+    slow.mkdir()
+    slow.chmod(0o755)
+    (slow / "publish").write_text(f'#!/bin/sh\n{body}\nexec "{bin_dir}/publish" "$@"\n')
+    (slow / "publish").chmod(0o755)
+    return slow
+
+
+def test_a_sigterm_before_training_starts_requeues_without_training(
+    slurm: Slurm,  # noqa: F811
+    slurm_publish: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The trap is set before resolve: a scancel -b while resolve runs is heard, training is not started, and
+    the job is requeued (without the trap, the shell died of it and the job ended for good)."""
+    marker = tmp_path / "resolving"
+    body = f'[ "$1.${{SLURM_RESTART_COUNT:-0}}" = resolve.0 ] && {{ touch "{marker}"; sleep 5; }}'
+    run = Run(slurm, slowed(tmp_path, slurm_publish, body), tmp_path, SCRIPT)
+    job = run.submit(steps=2)
+    slurm.wait_for(marker.exists, 60, "the first dispatch's resolve")
+    slurm.run("scancel", "-b", "--signal=TERM", job)
+    slurm.requeued(job)
+    first = first_dispatch(run.log(job))
+    assert "trainer:" not in first and f"{REQUEUE_NOTE} {job}" in first, run.log(job)
+    assert slurm.ended(job, timeout=90)["JobState"] == "COMPLETED", run.log(job)
+    assert "trainer: starting from step 0" in run.log(job)
+
+
+def test_training_that_ends_before_watch_can_hear_is_still_published(
+    slurm: Slurm,  # noqa: F811
+    slurm_publish: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A watch slower to start than training is short: it is stopped before its handler is set and dies of
+    SIGTERM unheard. The script scans once more, and the job still succeeds with every save published."""
+    run = Run(slurm, slowed(tmp_path, slurm_publish, '[ "$1" = watch ] && sleep 3'), tmp_path, SCRIPT)
+    job = run.submit(steps=2)
+    record = slurm.ended(job, timeout=90)
+    assert (record["JobState"], record["ExitCode"]) == ("COMPLETED", "0:0"), run.log(job)
+    assert [p.step for p in run.published(job)] == [2], run.log(job)
+    run.check_root()
+
+
+# --- repeated trials ----------------------------------------------------------------------------------------
 # Each way a job is stopped, several times over: the races of a job script (a signal before the trap is set,
-# wait cut short by the trap, a watch stopped before it can hear, the job-wide signal reaching watch at the same
-# moment) show in one trial of many, not in one test.
+# wait cut short by the trap, a watch stopped before it can hear, the job-wide signal reaching watch at the
+# same moment) show in one trial of many, not in one test.
 
 TRIALS = int(os.environ.get("PUBLISH_SLURM_TRIALS", "2"))
+SIDE_BY_SIDE = 2  # trials at once: two jobs of one CPU each (the test node has two at least)
 REQUEUE_NOTE = "slurm_job.sh: asked Slurm to requeue job"
 # what stops the job, and whether it comes back: by the script's own requeue, by Slurm's, or not at all
 STOPS = {
@@ -169,7 +218,7 @@ def first_dispatch(log: str) -> str:
     return log.split("trainer: resuming from ", 1)[0]
 
 
-def check_stopped(run: Run, job: str, comes_back: str, prunes: bool = True) -> str:
+def check_stopped(run: Run, job: str, comes_back: str) -> str:
     """The checks every stopped dispatch 0 must pass; the SIGTERM save, or "" when the stop came before
     training started (the warning can come in the first second)."""
     log = first_dispatch(run.log(job))
@@ -181,7 +230,7 @@ def check_stopped(run: Run, job: str, comes_back: str, prunes: bool = True) -> s
     saved = run.stopped_at(job, f"{job}.0")
     published = [p.save for p in run.published(job)]
     assert saved in published, f"the SIGTERM save {saved} was not published:\n{log}"
-    if prunes and len([p for p in published if f"/exec/{job}.0/" in p]) > 3:
+    if len([p for p in published if f"/exec/{job}.0/" in p]) > 3:  # prune has something to remove
         assert "\nremoved " in log, f"no prune:\n{log}"
     run.check_whole(job)
     return saved
@@ -210,10 +259,10 @@ def one_stop(run: Run, how: str) -> None:
             saved = check_stopped(run, job, comes_back)
             if saved:
                 run.check_resumed(job, f"{job}.1", saved)
-        run.check_root()
     finally:
         record = end(run, job)
     assert record["Restarts"] == ("0" if comes_back == "ended" else "1"), record
+    run.check_root()  # after the job's end: the next dispatch prunes only as it ends
 
 
 def trials(tmp: Path, slurm: Slurm, bin_dir: Path, n: int) -> Iterator[Run]:  # noqa: F811
@@ -222,41 +271,58 @@ def trials(tmp: Path, slurm: Slurm, bin_dir: Path, n: int) -> Iterator[Run]:  # 
         yield Run(slurm, bin_dir, tmp / str(i), SCRIPT)
 
 
+def failure(e: AssertionError) -> str:
+    """What failed, and where (an assert of tests/slurm.py may carry no message)."""
+    where = traceback.extract_tb(e.__traceback__)[-1]
+    return f"{Path(where.filename).name}:{where.lineno}: {where.line}: {e}"[:6000]
+
+
+def attempt(trial: Callable[[Run, str], None], run: Run, how: str) -> str:
+    """One trial; what failed in it, or ""."""
+    try:
+        trial(run, how)
+    except AssertionError as e:
+        return failure(e)
+    return ""
+
+
 def report(failures: list[str], n: int) -> None:
     assert not failures, f"{len(failures)} of {n} trials failed:\n\n" + "\n\n".join(failures)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(max(600, TRIALS * 60))  # a trial of the warning takes half a minute
 @pytest.mark.parametrize("how", list(STOPS))
 def test_repeated_stops(slurm: Slurm, slurm_publish: Path, tmp_path: Path, how: str) -> None:  # noqa: F811
-    """PUBLISH_SLURM_TRIALS trials (2 unless set) of each stop, each on a root of its own: every time the
-    SIGTERM save is published, prune ran, the job ends or comes back as expected, and only the script's own
-    requeue after a signal to the batch shell shows its note. A longer campaign: PUBLISH_SLURM_TRIALS=25."""
-    failures = []
-    for i, run in enumerate(trials(tmp_path, slurm, slurm_publish, TRIALS)):
-        try:
-            one_stop(run, how)
-        except AssertionError as e:
-            failures.append(f"trial {i}: {e}"[:6000])
-    report(failures, TRIALS)
+    """PUBLISH_SLURM_TRIALS trials (2 unless set) of each stop, two at a time, each on a root of its own:
+    every time the SIGTERM save is published, prune ran, the job ends or comes back as expected, and only the
+    script's own requeue after a signal to the batch shell shows its note.
+
+    A longer campaign is one command: PUBLISH_SLURM_TRIALS=25 python -m pytest tests/test_slurm.py -k repeated
+    """
+    runs = list(trials(tmp_path, slurm, slurm_publish, TRIALS))
+    with ThreadPoolExecutor(SIDE_BY_SIDE) as pool:  # each job takes one CPU of the node
+        done = list(pool.map(lambda r: attempt(one_stop, r, how), runs))
+    report([f"trial {i}: {f}" for i, f in enumerate(done) if f], TRIALS)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(max(600, TRIALS * 90))
 def test_repeated_time_limits(slurm: Slurm, slurm_publish: Path, tmp_path: Path) -> None:  # noqa: F811
     """The time limit itself, PUBLISH_SLURM_TRIALS trials (each a minute or more; submitted at once, two run
-    side by side on the test node): every job ends TIMEOUT, not requeued, with its SIGTERM save published and
-    pruned. The warning signal is sent as SIGURG, which the shell ignores: only the time limit stops training."""
+    side by side): every job ends TIMEOUT, not requeued, with its SIGTERM save published and pruned. The
+    warning signal is sent as SIGURG, which the shell ignores: only the time limit stops training."""
     runs = list(trials(tmp_path, slurm, slurm_publish, TRIALS))
     jobs = [r.submit("--time=1", "--signal=B:URG@1", steps=40000) for r in runs]
     failures = []
     for i, (run, job) in enumerate(zip(runs, jobs)):
         try:
-            record = run.slurm.ended(job, timeout=(i // 2 + 1) * 150)
+            record = run.slurm.ended(job, timeout=(i // SIDE_BY_SIDE + 1) * 150)
             assert (record["JobState"], record["Restarts"]) == ("TIMEOUT", "0"), record
             saved = check_stopped(run, job, "ended")
             assert run_cli("resolve", "-checkpoint", str(run.root)).out == saved + "\n"
             run.check_root()
         except AssertionError as e:
-            failures.append(f"trial {i} (job {job}): {e}"[:6000])
+            failures.append(f"trial {i} (job {job}): {failure(e)}")
             end(run, job)
     report(failures, TRIALS)
