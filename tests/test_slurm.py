@@ -2,16 +2,21 @@
 
 In each case the save the trainer makes on SIGTERM is published, nothing half-written is, and the next
 dispatch resumes from the newest whole save with a greater epoch; after a requeue the job comes back by itself.
+The repeated trials at the end (marker slow) run each way a job is stopped several times over.
 """
 
 from __future__ import annotations
 
+import os
+import traceback
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.slurm import Run, Slurm, end, slurm, slurm_publish  # noqa: F401 (fixtures)
+from tests.slurm import KILL_WAIT, Run, Slurm, end, slurm, slurm_publish  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slurm
 
@@ -144,3 +149,180 @@ def test_an_array_of_two_tasks_sharing_one_root(run: Run) -> None:
     again = run.submit(steps=2)
     assert run.slurm.ended(again, timeout=90)["JobState"] == "COMPLETED", run.log(again)
     assert f"trainer: resuming from {newest} at step" in run.log(again)
+
+
+def slowed(tmp_path: Path, bin_dir: Path, body: str) -> Path:
+    """A folder with a ``publish`` that runs ``body`` (sh) first, then the real one."""
+    slow = tmp_path / "slow-bin"
+    slow.mkdir()
+    slow.chmod(0o755)
+    (slow / "publish").write_text(f'#!/bin/sh\n{body}\nexec "{bin_dir}/publish" "$@"\n')
+    (slow / "publish").chmod(0o755)
+    return slow
+
+
+def test_a_sigterm_before_training_starts_requeues_without_training(
+    slurm: Slurm,  # noqa: F811
+    slurm_publish: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The trap is set before resolve: a scancel -b while resolve runs is heard, training is not started, and
+    the job is requeued (without the trap, the shell died of it and the job ended for good)."""
+    marker = tmp_path / "resolving"
+    body = f'[ "$1.${{SLURM_RESTART_COUNT:-0}}" = resolve.0 ] && {{ touch "{marker}"; sleep 5; }}'
+    run = Run(slurm, slowed(tmp_path, slurm_publish, body), tmp_path, SCRIPT)
+    job = run.submit(steps=2)
+    slurm.wait_for(marker.exists, 60, "the first dispatch's resolve")
+    slurm.run("scancel", "-b", "--signal=TERM", job)
+    slurm.requeued(job)
+    first = first_dispatch(run.log(job))
+    assert "trainer:" not in first and f"{REQUEUE_NOTE} {job}" in first, run.log(job)
+    assert slurm.ended(job, timeout=90)["JobState"] == "COMPLETED", run.log(job)
+    assert "trainer: starting from step 0" in run.log(job)
+
+
+def test_training_that_ends_before_watch_can_hear_is_still_published(
+    slurm: Slurm,  # noqa: F811
+    slurm_publish: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A watch slower to start than training is short: it is stopped before its handler is set and dies of
+    SIGTERM unheard. The script scans once more, and the job still succeeds with every save published."""
+    run = Run(slurm, slowed(tmp_path, slurm_publish, '[ "$1" = watch ] && sleep 3'), tmp_path, SCRIPT)
+    job = run.submit(steps=2)
+    record = slurm.ended(job, timeout=90)
+    assert (record["JobState"], record["ExitCode"]) == ("COMPLETED", "0:0"), run.log(job)
+    assert [p.step for p in run.published(job)] == [2], run.log(job)
+    run.check_root()
+
+
+# --- repeated trials ----------------------------------------------------------------------------------------
+# Each way a job is stopped, several times over: the races of a job script (a signal before the trap is set,
+# wait cut short by the trap, a watch stopped before it can hear, the job-wide signal reaching watch at the
+# same moment) show in one trial of many, not in one test.
+
+TRIALS = int(os.environ.get("PUBLISH_SLURM_TRIALS", "2"))
+SIDE_BY_SIDE = 2  # trials at once: two jobs of one CPU each (the test node has two at least)
+REQUEUE_NOTE = "slurm_job.sh: asked Slurm to requeue job"
+# what stops the job, and whether it comes back: by the script's own requeue, by Slurm's, or not at all
+STOPS = {
+    "scancel": ("scancel", "ended"),
+    "scancel -b": ("scancel -b --signal=TERM", "script requeues"),
+    "warning": ("--signal=B:TERM@90", "script requeues"),
+    "scontrol requeue": ("scontrol requeue", "Slurm requeues"),
+}
+
+
+def first_dispatch(log: str) -> str:
+    """The lines of dispatch 0 (the log is appended to: the next dispatch's lines follow)."""
+    return log.split("trainer: resuming from ", 1)[0]
+
+
+def check_stopped(run: Run, job: str, comes_back: str) -> str:
+    """The checks every stopped dispatch 0 must pass; the SIGTERM save, or "" when the stop came before
+    training started (the warning can come in the first second)."""
+    log = first_dispatch(run.log(job))
+    requeued = REQUEUE_NOTE in log
+    assert requeued == (comes_back == "script requeues"), f"requeue note {requeued} for {comes_back}:\n{log}"
+    if "trainer:" not in log:
+        assert comes_back == "script requeues", f"training never started:\n{log}"
+        return ""
+    saved = run.stopped_at(job, f"{job}.0")
+    published = [p.save for p in run.published(job)]
+    assert saved in published, f"the SIGTERM save {saved} was not published:\n{log}"
+    if len([p for p in published if f"/exec/{job}.0/" in p]) > 3:  # prune has something to remove
+        assert "\nremoved " in log, f"no prune:\n{log}"
+    run.check_whole(job)
+    return saved
+
+
+def one_stop(run: Run, how: str) -> None:
+    """One trial: train until four saves are published, stop the job, check what came of it."""
+    signal, comes_back = STOPS[how]
+    if how == "warning":
+        # the warning comes up to a minute early ("the resolution of event handling"): within the first minute
+        job = run.submit("--time=2", signal, steps=4000)
+        run.slurm.running(job)
+    else:
+        job = run.submit(steps=4000)
+        run.slurm.running(job)
+        run.wait_saved(job, f"{job}.0", 8)
+        run.slurm.run(*signal.split(), job)
+    try:
+        if comes_back == "ended":
+            record = run.slurm.ended(job, timeout=KILL_WAIT + 60)
+            assert (record["JobState"], record["Restarts"]) == ("CANCELLED", "0"), record
+            saved = check_stopped(run, job, comes_back)
+            assert run_cli("resolve", "-checkpoint", str(run.root)).out == saved + "\n"
+        else:
+            run.slurm.requeued(job, timeout=150)
+            saved = check_stopped(run, job, comes_back)
+            if saved:
+                run.check_resumed(job, f"{job}.1", saved)
+    finally:
+        record = end(run, job)
+    assert record["Restarts"] == ("0" if comes_back == "ended" else "1"), record
+    run.check_root()  # after the job's end: the next dispatch prunes only as it ends
+
+
+def trials(tmp: Path, slurm: Slurm, bin_dir: Path, n: int) -> Iterator[Run]:  # noqa: F811
+    for i in range(n):
+        (tmp / str(i)).mkdir()
+        yield Run(slurm, bin_dir, tmp / str(i), SCRIPT)
+
+
+def failure(e: AssertionError) -> str:
+    """What failed, and where (an assert of tests/slurm.py may carry no message)."""
+    where = traceback.extract_tb(e.__traceback__)[-1]
+    return f"{Path(where.filename).name}:{where.lineno}: {where.line}: {e}"[:6000]
+
+
+def attempt(trial: Callable[[Run, str], None], run: Run, how: str) -> str:
+    """One trial; what failed in it, or ""."""
+    try:
+        trial(run, how)
+    except AssertionError as e:
+        return failure(e)
+    return ""
+
+
+def report(failures: list[str], n: int) -> None:
+    assert not failures, f"{len(failures)} of {n} trials failed:\n\n" + "\n\n".join(failures)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(max(600, TRIALS * 60))  # a trial of the warning takes half a minute
+@pytest.mark.parametrize("how", list(STOPS))
+def test_repeated_stops(slurm: Slurm, slurm_publish: Path, tmp_path: Path, how: str) -> None:  # noqa: F811
+    """PUBLISH_SLURM_TRIALS trials (2 unless set) of each stop, two at a time, each on a root of its own:
+    every time the SIGTERM save is published, prune ran, the job ends or comes back as expected, and only the
+    script's own requeue after a signal to the batch shell shows its note.
+
+    A longer campaign is one command: PUBLISH_SLURM_TRIALS=25 python -m pytest tests/test_slurm.py -k repeated
+    """
+    runs = list(trials(tmp_path, slurm, slurm_publish, TRIALS))
+    with ThreadPoolExecutor(SIDE_BY_SIDE) as pool:  # each job takes one CPU of the node
+        done = list(pool.map(lambda r: attempt(one_stop, r, how), runs))
+    report([f"trial {i}: {f}" for i, f in enumerate(done) if f], TRIALS)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(max(600, TRIALS * 90))
+def test_repeated_time_limits(slurm: Slurm, slurm_publish: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The time limit itself, PUBLISH_SLURM_TRIALS trials (each a minute or more; submitted at once, two run
+    side by side): every job ends TIMEOUT, not requeued, with its SIGTERM save published and pruned. The
+    warning signal is sent as SIGURG, which the shell ignores: only the time limit stops training."""
+    runs = list(trials(tmp_path, slurm, slurm_publish, TRIALS))
+    jobs = [r.submit("--time=1", "--signal=B:URG@1", steps=40000) for r in runs]
+    failures = []
+    for i, (run, job) in enumerate(zip(runs, jobs)):
+        try:
+            record = run.slurm.ended(job, timeout=(i // SIDE_BY_SIDE + 1) * 150)
+            assert (record["JobState"], record["Restarts"]) == ("TIMEOUT", "0"), record
+            saved = check_stopped(run, job, "ended")
+            assert run_cli("resolve", "-checkpoint", str(run.root)).out == saved + "\n"
+            run.check_root()
+        except AssertionError as e:
+            failures.append(f"trial {i} (job {job}): {failure(e)}")
+            end(run, job)
+    report(failures, TRIALS)
