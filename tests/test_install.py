@@ -77,7 +77,8 @@ def untracked(clone: Path) -> str:
 def check_installed(bindir: Path, work: Path, where: Path) -> None:
     """The installed command and package run from outside the source tree, from `where`, as a POSIX resolve."""
     out = run([str(bindir / "publish"), "version"], work).stdout
-    assert out.strip() == f"publish {publish.__version__}"
+    assert out.splitlines()[0] == f"publish {publish.__version__}"  # the build's lines follow
+    assert out.splitlines()[-1] == "freezer: source"
     probe = (
         "import importlib.metadata as m, publish; print(publish.__file__); print(m.version('" + DIST + "'))"
     )
