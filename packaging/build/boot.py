@@ -67,7 +67,7 @@ class _Finder:
             return None  # an import made by this finder itself (there should be none): not one of ours
         with self.lock:
             self.busy = _thread.get_ident()
-            try:
+            try:  # noqa: SIM105 - contextlib is one more import at every start
                 return self._find(name)
             finally:
                 self.busy = None
@@ -75,14 +75,21 @@ class _Finder:
     def build_id(self) -> str:
         """The one file's build digest, its `.build-id` member (64 hex digits, stored as is), for `publish
         version`; "" in the folder form, which has no payload. Imports nothing (so cannot re-enter the finder)."""
+        import _thread
         import os
 
         if self.fd < 0:
             return ""
         with self.lock:
-            if self.table is None:
-                self._read()
-            entry = self.index.get(".build-id")
+            # Marked busy as find_spec marks it: should reading the table import a module after all, the
+            # finder passes it by instead of waiting for the lock this thread holds.
+            self.busy = _thread.get_ident()
+            try:
+                if self.table is None:
+                    self._read()
+                entry = self.index.get(".build-id")
+            finally:
+                self.busy = None
         if entry is None or entry[0] != 0 or entry[4] != entry[3] or entry[3] > 64:
             return ""  # absent, or not stored as is: not a digest this program can read
         return os.pread(self.fd, entry[3], entry[2]).decode("ascii", "replace")
@@ -242,7 +249,7 @@ class _Finder:
             return
         data = self._data(member)
         try:
-            try:
+            try:  # noqa: SIM105 - contextlib is one more import at every start
                 self._write(member, target, data, st)
             except FileNotFoundError:
                 # A later start swapped a fresh copy in under this process (launcher.c) between the open of
@@ -277,6 +284,14 @@ def _install() -> None:
             payload = -1
     finder = _Finder(sys.prefix, payload)
     if payload >= 0:
+        if "zlib" not in sys.builtin_module_names:
+            # An extension module in pyenv's and python.org's builds, unpacked with what every start needs
+            # (freeze.py's UNPACKER_NEEDS) and checked by the launcher: imported now, from lib-dynload, since
+            # the finder needs it to unpack the rest and lib-dynload leaves sys.path just below.
+            try:  # noqa: SIM105 - contextlib is one more import at every start
+                import zlib  # noqa: F401
+            except ImportError:
+                pass
         # the extension modules are lazy members: found by the finder alone, which checks what it finds
         sys.path[:] = [p for p in sys.path if not p.endswith("/lib-dynload")]
         sys.path_hooks.insert(0, finder.more_hook)
