@@ -75,50 +75,49 @@ class PosixStore(PosixFiles):
 
         The type comes from the directory listing itself (``d_type``): no stat per entry where the
         filesystem reports it."""
+        return list(self._scan_pub(times=False))
+
+    def entry_times(self, dl: Deadline) -> dict[str, float]:
+        return self._scan_pub(times=True)
+
+    def _scan_pub(self, times: bool) -> dict[str, float]:
+        """One read of pub/: each name, with its mtime when ``times`` (one lstat each, from the listing's
+        entry; 0.0 otherwise).  A child that is not a regular file is refused, naming it."""
         pub = self._full(PUB)
-        root_fd = self._open_root()
-        try:
-            fd = self._open_top(root_fd, PUB)
-        finally:
-            os.close(root_fd)
+        fd = self._pub_dir()
         if fd is None:
-            return []
+            return {}
         try:
-            names, odd = [], []
+            found: dict[str, float] = {}
+            odd = []
             with os.scandir(fd) as it:
                 for entry in it:
-                    names.append(entry.name)
                     if not entry.is_file(follow_symlinks=False):
                         odd.append(entry)
+                        continue
+                    if times:
+                        try:
+                            found[entry.name] = entry.stat(follow_symlinks=False).st_mtime
+                        except FileNotFoundError:
+                            continue  # removed since it was listed: gone from the answer too
+                    else:
+                        found[entry.name] = 0.0
             if odd:
                 first = min(odd, key=lambda e: e.name)
                 raise Failure(f"{pub}/{first.name}: not a publication entry ({_entry_kind(first)})")
-            return names
+            return found
         except OSError as e:
             raise FileError(pub, e) from None
         finally:
             os.close(fd)
 
-    def entry_times(self, dl: Deadline) -> dict[str, float]:
-        names = self.list_entries(dl)  # the same refusals
-        root_fd = self._open_root()
+    def _pub_dir(self) -> int | None:
+        """A descriptor of pub/, never through a link; None when it is missing."""
+        root = self._open_root()
         try:
-            fd = self._open_top(root_fd, PUB)
+            return self._open_top(root, PUB)
         finally:
-            os.close(root_fd)
-        if fd is None:
-            return {}
-        times = {}
-        try:
-            for name in names:
-                st = fsops.lstat_at(fd, name)
-                if st is not None:  # removed since it was listed: gone from the answer too
-                    times[name] = st.st_mtime
-        except OSError as e:
-            raise FileError(self._full(PUB), e) from None
-        finally:
-            os.close(fd)
-        return times
+            os.close(root)
 
     def create_entry(self, dl: Deadline, name: str) -> bool:
         if len(name.encode("utf-8")) > POSIX_NAME_MAX:
@@ -149,11 +148,7 @@ class PosixStore(PosixFiles):
         return True
 
     def remove_entries(self, dl: Deadline, names: list[str]) -> None:
-        root_fd = self._open_root()
-        try:
-            fd = self._open_top(root_fd, PUB)
-        finally:
-            os.close(root_fd)
+        fd = self._pub_dir()
         if fd is None:
             return
         try:

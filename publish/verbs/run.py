@@ -290,7 +290,8 @@ def _finish(
     batch: Batch | None,
     metrics: Metrics | None = None,
 ) -> int:
-    """Prune (after a last scan that finished), requeue when asked, and the exit status."""
+    """Prune (after a last scan that finished), requeue when asked, and the exit status; the metrics file is
+    written last, whatever happens."""
     try:
         return _prune_and_requeue(say, status, fault, scanned, keep, requeue, batch, metrics)
     finally:
