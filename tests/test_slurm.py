@@ -214,8 +214,15 @@ STOPS = {
 
 
 def first_dispatch(log: str) -> str:
-    """The lines of dispatch 0 (the log is appended to: the next dispatch's lines follow)."""
-    return log.split("trainer: resuming from ", 1)[0]
+    """The lines of dispatch 0 (the log is appended to: the next dispatch's lines follow). Dispatch 0 ends at
+    its requeue note (the script exits right after it), or else where the next dispatch resumes; a next
+    dispatch with nothing to resume from says "starting from step 0", like dispatch 0 does."""
+    first = log.split("trainer: resuming from ", 1)[0]
+    at = first.find(REQUEUE_NOTE)
+    if at >= 0:
+        end = first.find("\n", at)
+        first = first if end < 0 else first[: end + 1]
+    return first
 
 
 def check_stopped(run: Run, job: str, comes_back: str) -> str:
