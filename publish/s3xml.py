@@ -252,8 +252,20 @@ def _unscrubbed_error_of(status: int, headers: Mapping[str, str], body: bytes) -
 
 
 def _escape(text: str) -> str:
-    """``&``, ``<`` and ``>`` as entities (xml.sax.saxutils.escape, whose import brings urllib.request)."""
-    return text.replace("&", "&amp;").replace(">", "&gt;").replace("<", "&lt;")
+    """``&``, ``<`` and ``>`` as entities (xml.sax.saxutils.escape, whose import brings urllib.request), and a
+    carriage return as ``&#13;``: written as it is, a parser reads it (and CR LF) back as a line feed, and a
+    DeleteObjects for ``a\rb`` would delete ``a\nb``."""
+    return text.replace("&", "&amp;").replace(">", "&gt;").replace("<", "&lt;").replace("\r", "&#13;")
+
+
+# What XML 1.0 cannot carry at all, not even as a character reference: the C0 controls other than tab, line
+# feed and carriage return, lone surrogates, U+FFFE and U+FFFF.
+_NOT_XML = frozenset([chr(c) for c in range(0x20) if c not in (0x09, 0x0A, 0x0D)] + ["\ufffe", "\uffff"])
+
+
+def fits_xml(key: str) -> bool:
+    """Whether ``key`` can be named in an XML request body exactly (linear in the key)."""
+    return not any(c in _NOT_XML or "\ud800" <= c <= "\udfff" for c in key)
 
 
 def delete_request(keys: Sequence[str]) -> bytes:
