@@ -213,6 +213,31 @@ def test_a_leftover_too_deep_to_tell_its_age_is_left_in_place_with_why(tmp_path:
     assert deep.is_dir() and f"removed {root}/exec/B" in r.lines
 
 
+def test_a_leftover_that_cannot_be_examined_or_read_is_left_in_place_with_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = posix_root(tmp_path)
+    (root / "exec" / "X").symlink_to("X")  # a link loop: list_folders cannot tell what it is
+    time.sleep(WAIT)
+    real = fsops.newest_tree
+
+    def refused(fd: int, *a: Any) -> float:  # the tests run as root, whom no mode stops
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/exec/B"):
+            raise PermissionError(13, "Permission denied", "tmp/x")
+        return real(fd, *a)
+
+    monkeypatch.setattr(fsops, "newest_tree", refused)
+    r = run_cli(*prune_args(root, "-orphans", "-orphans-age", AGE, "-attempt", "C"))
+    assert r.code == 0, r
+    assert r.err == (
+        f"publish: prune: left {root}/exec/B in place: its age cannot be told: {root}/exec/B/tmp/x: "
+        "Permission denied\n"
+        f"publish: prune: left {root}/exec/X in place: it cannot be examined: Too many levels of symbolic links\n"
+    )
+    assert r.lines == removed(str(root), ["exec/F/checkpoint-1", *[o for o in ORPHANS if o != "exec/B"]])
+    assert (root / "exec" / "B" / "tmp" / "x" / "y").exists() and (root / "exec" / "X").is_symlink()
+
+
 def test_newest_tree_counts_every_entry_never_follows_a_link_and_is_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
