@@ -243,3 +243,75 @@ def _empty(top: int, name: str, expect: os.stat_result) -> None:
         for frame in frames:
             if frame.fd is not None:
                 os.close(frame.fd)
+
+
+#: The most entries :func:`newest_tree` looks at below one folder, and the deepest it goes (one descriptor a
+#: level): past either, the folder's age is not told.  As many entries as an S3 listing holds at most.
+NEWEST_ENTRIES = 1_000_000
+NEWEST_DEPTH = 128
+#: What :func:`newest_tree` returns for a tree seen changing while it was walked.
+CHANGING = float("inf")
+
+
+class Untold(Exception):
+    """The newest change of a tree could not be told: more entries or levels than the walk looks at."""
+
+
+def changed_at(st: os.stat_result) -> float:
+    """When the file ``st`` describes last changed: its mtime, or its ctime when later (a ctime cannot be set
+    back, so a tree copied with its old mtimes is still new)."""
+    return max(st.st_mtime, st.st_ctime)
+
+
+def newest_tree(top: int, entries: int = NEWEST_ENTRIES, depth: int = NEWEST_DEPTH) -> float:
+    """The newest :func:`changed_at` of the directory ``top`` (a descriptor, left open) and of everything below
+    it, never following a link (a link counts by its own ``lstat``); CHANGING when an entry vanished or was
+    swapped while the walk ran.  :class:`Untold` past ``entries`` entries or ``depth`` levels; an OSError
+    carries the path (relative to ``top``) it met."""
+    newest = changed_at(os.fstat(top))
+    seen = 0
+    # (descriptor, its path relative to top, its subdirectories not yet entered, each with its lstat)
+    stack: list[tuple[int, str, list[tuple[str, os.stat_result]]]] = []
+    fd, where = os.dup(top), ""
+    try:
+        while True:
+            subdirs: list[tuple[str, os.stat_result]] = []
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        seen += 1
+                        if seen > entries:
+                            raise Untold(f"more than {entries} files and folders below it")
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            return CHANGING
+                        newest = max(newest, changed_at(st))
+                        if stat.S_ISDIR(st.st_mode):
+                            subdirs.append((entry.name, st))
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, where) from None
+            stack.append((fd, where, subdirs))
+            fd = -1
+            while stack and not stack[-1][2]:
+                done, _, _ = stack.pop()
+                os.close(done)
+            if not stack:
+                return newest
+            parent, parent_where, pending = stack[-1]
+            name, st = pending.pop()
+            where = f"{parent_where}/{name}" if parent_where else name
+            if len(stack) >= depth:
+                raise Untold(f"more than {depth} levels of folders below it")
+            try:
+                entered = enter(parent, name, st)
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, where) from None
+            if isinstance(entered, str):
+                return CHANGING  # gone, a link now, or another directory: it changed under the walk
+            fd = entered
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        for held, _, _ in stack:
+            os.close(held)

@@ -1,6 +1,7 @@
 """An S3 REST client for one bucket: path-style requests signed with SigV4, over one :class:`net.Connector`.
 
-ListObjectsV2, GET (with a size cap), HEAD, PUT (plain and ``If-None-Match: *``), DELETE and DeleteObjects.
+ListObjectsV2, GET (with a size cap), HEAD, PUT (plain and ``If-None-Match: *``), DELETE and DeleteObjects;
+ListMultipartUploads, ListParts and AbortMultipartUpload (for ``prune -orphans``).
 Every request gets the time left before the :class:`Deadline` handed to it (the client keeps none).  Idempotent
 requests are retried on a dropped connection, 500, 502, 503, 504 and SlowDown with jittered exponential
 backoff while time is left; any other error fails at once as :class:`StoreError` ``"<operation> <key>:
@@ -267,6 +268,78 @@ class S3Client:
                     out.truncated = True
                     return out
                 seen.follow(token)
+
+    def list_uploads(
+        self, prefix: str, *, max_uploads: int = BATCH, deadline: Deadline = UNBOUNDED
+    ) -> Sequence[tuple[str, str, str]]:
+        """ListMultipartUploads of ``prefix``, every page: (key, upload id, Initiated text) of each incomplete
+        multipart upload, keys decoded, in the store's order.  The same refusals as :meth:`list`: a key
+        outside ``prefix``, a page over :data:`LIST_LIMIT`, more than :data:`LIST_ENTRIES` uploads or
+        :data:`LIST_NAMES` bytes of keys, a truncated page without markers or with markers sent before."""
+        out: list[tuple[str, str, str]] = []
+        key_marker = upload_marker = ""
+        thing = self.where(prefix)
+        seen = s3xml.Pages(thing, LIST_ENTRIES, LIST_NAMES, "list-uploads")
+        with self._lock:
+            while True:
+                query = [("uploads", ""), ("prefix", prefix), ("max-uploads", str(max_uploads))]
+                query.append(("encoding-type", "url"))
+                if key_marker:
+                    query.append(("key-marker", key_marker))
+                if upload_marker:  # SeaweedFS pages by upload id alone, with no NextKeyMarker
+                    query.append(("upload-id-marker", upload_marker))
+                a = self._idempotent(
+                    "list-uploads", prefix, None, "GET", query, limit=LIST_LIMIT, deadline=deadline
+                )
+                found, truncated, key_marker, upload_marker = s3xml.uploads(thing, a.body)
+                keys = [u[0] for u in found]
+                s3xml.check_page(thing, prefix, "", keys, [], "list-uploads")
+                seen.add(keys, [])
+                out += found
+                if not truncated:
+                    return out
+                seen.follow(f"{key_marker}\0{upload_marker}" if key_marker or upload_marker else "")
+
+    def list_parts(
+        self, key: str, upload_id: str, *, max_parts: int = BATCH, deadline: Deadline = UNBOUNDED
+    ) -> Sequence[str] | None:
+        """ListParts of one upload, every page: the LastModified text of each part; None when there is no
+        such upload (404 NoSuchUpload: completed or aborted meanwhile)."""
+        out: list[str] = []
+        marker = ""
+        thing = self.where(key)
+        seen = s3xml.Pages(thing, LIST_ENTRIES, LIST_NAMES, "list-parts")
+        with self._lock:
+            while True:
+                query = [("uploadId", upload_id), ("max-parts", str(max_parts))]
+                if marker:
+                    query.append(("part-number-marker", marker))
+                a = self._idempotent(
+                    "list-parts", key, key, "GET", query, limit=LIST_LIMIT, ok=(404,), deadline=deadline
+                )
+                if a.status == 404:
+                    if a.code == "NoSuchUpload":
+                        return None
+                    raise refused("list-parts", thing, a)
+                times, truncated, marker = s3xml.parts(thing, a.body)
+                seen.add(times, [])
+                out += times
+                if not truncated:
+                    return out
+                seen.follow(marker)
+
+    def abort_upload(self, key: str, upload_id: str, *, deadline: Deadline = UNBOUNDED) -> bool:
+        """AbortMultipartUpload: True when this call aborted it, False when there was no such upload (404
+        NoSuchUpload: completed or aborted meanwhile, or by a first send whose answer was lost)."""
+        with self._lock:
+            a = self._idempotent(
+                "abort", key, key, "DELETE", [("uploadId", upload_id)], ok=(404,), deadline=deadline
+            )
+        if a.status == 404:
+            if a.code == "NoSuchUpload":
+                return False
+            raise refused("abort", self.where(key), a)
+        return True
 
     def get(self, key: str, limit: int = GET_LIMIT, *, deadline: Deadline = UNBOUNDED) -> bytes | None:
         """The object's bytes, or None when there is none (404 NoSuchKey).  Over ``limit`` (at most 64 MiB)

@@ -1,4 +1,5 @@
-"""The XML of S3 answers: ListObjectsV2 pages, error documents, DeleteObjects requests and results.
+"""The XML of S3 answers: ListObjectsV2 pages, ListMultipartUploads and ListParts pages, error documents,
+DeleteObjects requests and results.
 
 Pure functions over bytes (no I/O), and :class:`Pages`, which ends a listing that would go on without end.  A
 malformed answer is a :class:`StoreError` naming the request.
@@ -14,7 +15,7 @@ from publish.hashing import sha256
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 
 class Listing:
@@ -106,15 +107,8 @@ def _parse_xml(body: bytes) -> Element | None:
     return top[0] if top else None
 
 
-def listing(thing: str, body: bytes) -> tuple[list[str], list[str], list[int], list[str], bool, str]:
-    """(keys, common prefixes, sizes of the keys, their LastModified texts, truncated, next token) of one
-    ListObjectsV2 page, decoded; ``thing`` is the prefix's URL, which a fault names."""
-    root = _parse_xml(body)
-    if root is None or root.tag != "ListBucketResult":
-        raise StoreError("the store sent an answer that is not a listing", op="list", thing=thing)
-    truncated = _text(root, "IsTruncated").lower()
-    if truncated not in ("true", "false"):
-        raise StoreError("the store sent a listing without IsTruncated true or false", op="list", thing=thing)
+def _decoder(root: Element, op: str, thing: str) -> Callable[[str], str]:
+    """How the names of an answer read: as sent, or URL-decoded when the answer says ``EncodingType`` url."""
     encoded = _text(root, "EncodingType").lower() == "url"
 
     def dec(s: str) -> str:
@@ -124,8 +118,27 @@ def listing(thing: str, body: bytes) -> tuple[list[str], list[str], list[int], l
             return percent.decode_plus(s)
         except UnicodeDecodeError:
             raise StoreError(
-                f"the store listed a key that is not UTF-8: {redact.shown(s)}", op="list", thing=thing
+                f"the store listed a key that is not UTF-8: {redact.shown(s)}", op=op, thing=thing
             ) from None
+
+    return dec
+
+
+def _truncated(root: Element, op: str, thing: str, what: str) -> bool:
+    truncated = _text(root, "IsTruncated").lower()
+    if truncated not in ("true", "false"):
+        raise StoreError(f"the store sent {what} without IsTruncated true or false", op=op, thing=thing)
+    return truncated == "true"
+
+
+def listing(thing: str, body: bytes) -> tuple[list[str], list[str], list[int], list[str], bool, str]:
+    """(keys, common prefixes, sizes of the keys, their LastModified texts, truncated, next token) of one
+    ListObjectsV2 page, decoded; ``thing`` is the prefix's URL, which a fault names."""
+    root = _parse_xml(body)
+    if root is None or root.tag != "ListBucketResult":
+        raise StoreError("the store sent an answer that is not a listing", op="list", thing=thing)
+    truncated = _truncated(root, "list", thing, "a listing")
+    dec = _decoder(root, "list", thing)
 
     def each(parent: str, child: str) -> list[str]:
         found = []
@@ -147,28 +160,58 @@ def listing(thing: str, body: bytes) -> tuple[list[str], list[str], list[int], l
         each("CommonPrefixes", "Prefix"),
         [size(elem) for elem in _children(root, "Contents")],
         [_text(elem, "LastModified")[:64] for elem in _children(root, "Contents")],
-        truncated == "true",
+        truncated,
         _text(root, "NextContinuationToken"),
     )
 
 
-def check_page(thing: str, prefix: str, delimiter: str, keys: list[str], prefixes: list[str]) -> None:
-    """Refuse a LIST page with a key outside ``prefix``, or a common prefix not one element below it."""
+def uploads(thing: str, body: bytes) -> tuple[list[tuple[str, str, str]], bool, str, str]:
+    """((key, upload id, Initiated text) of each upload, truncated, next key marker, next upload id marker) of
+    one ListMultipartUploads page, the keys decoded; ``thing`` is the prefix's URL, which a fault names."""
+    root = _parse_xml(body)
+    if root is None or root.tag != "ListMultipartUploadsResult":
+        raise StoreError(
+            "the store sent an answer that is not a list of uploads", op="list-uploads", thing=thing
+        )
+    truncated = _truncated(root, "list-uploads", thing, "a list of uploads")
+    dec = _decoder(root, "list-uploads", thing)
+    found = []
+    for elem in _children(root, "Upload"):
+        key, upload_id = _text(elem, "Key"), _text(elem, "UploadId")
+        if not key or not upload_id:
+            raise StoreError(
+                "the store sent an Upload without its Key or UploadId", op="list-uploads", thing=thing
+            )
+        found.append((dec(key), upload_id, _text(elem, "Initiated")[:64]))
+    return found, truncated, dec(_text(root, "NextKeyMarker")), _text(root, "NextUploadIdMarker")
+
+
+def parts(thing: str, body: bytes) -> tuple[list[str], bool, str]:
+    """(the LastModified text of each part, truncated, next part number marker) of one ListParts page;
+    ``thing`` is the upload's URL, which a fault names.  (moto calls the answer ListPartsResponse.)"""
+    root = _parse_xml(body)
+    if root is None or root.tag not in ("ListPartsResult", "ListPartsResponse"):
+        raise StoreError("the store sent an answer that is not a list of parts", op="list-parts", thing=thing)
+    truncated = _truncated(root, "list-parts", thing, "a list of parts")
+    times = [_text(elem, "LastModified")[:64] for elem in _children(root, "Part")]
+    return times, truncated, _text(root, "NextPartNumberMarker")
+
+
+def check_page(
+    thing: str, prefix: str, delimiter: str, keys: list[str], prefixes: list[str], op: str = "list"
+) -> None:
+    """Refuse a LIST page (``op``) with a key outside ``prefix``, or a common prefix not one element below it."""
     for k in keys:
         if not k.startswith(prefix):
-            raise StoreError(
-                f"the store returned {redact.shown(k)}, outside the prefix", op="list", thing=thing
-            )
+            raise StoreError(f"the store returned {redact.shown(k)}, outside the prefix", op=op, thing=thing)
     for p in prefixes:
         if not p.startswith(prefix):
-            raise StoreError(
-                f"the store returned {redact.shown(p)}, outside the prefix", op="list", thing=thing
-            )
+            raise StoreError(f"the store returned {redact.shown(p)}, outside the prefix", op=op, thing=thing)
         rest = p[len(prefix) :]
         if not delimiter or not rest.endswith(delimiter) or delimiter in rest[: -len(delimiter)]:
             raise StoreError(
                 f"the store returned the common prefix {redact.shown(p)}, not one element below the prefix",
-                op="list",
+                op=op,
                 thing=thing,
             )
 
@@ -177,8 +220,8 @@ class Pages:
     """The pages of one listing so far.  A StoreError naming ``thing``: past ``entries`` entries (keys and common
     prefixes) or ``names`` bytes of them in UTF-8, a truncated page without a token, a token sent before."""
 
-    def __init__(self, thing: str, entries: int, names: int) -> None:
-        self.thing, self.entries, self.names = thing, entries, names
+    def __init__(self, thing: str, entries: int, names: int, op: str = "list") -> None:
+        self.thing, self.entries, self.names, self.op = thing, entries, names, op
         self.held = self.size = 0
         self.used: set[bytes] = set()  # digests: a token may be long, and a hostile store sends many
 
@@ -190,7 +233,7 @@ class Pages:
         if self.held > self.entries or self.size > self.names:
             cap = f"{self.entries} entries" if self.held > self.entries else f"{self.names} bytes of names"
             why = f"the listing passed {cap}: refused (a store that keeps answering truncated)"
-            raise StoreError(why, op="list", thing=self.thing)
+            raise StoreError(why, op=self.op, thing=self.thing)
 
     def follow(self, token: str) -> None:
         """Take the next page's token; one sent before would have the listing go round forever."""
@@ -199,7 +242,7 @@ class Pages:
             why = (
                 "a continuation token it had sent before" if token else "a truncated listing without a token"
             )
-            raise StoreError(f"the store sent {why}", op="list", thing=self.thing)
+            raise StoreError(f"the store sent {why}", op=self.op, thing=self.thing)
         self.used.add(digest)
 
 
@@ -221,6 +264,7 @@ ACTED_ON = frozenset(
         "ConditionalRequestConflict",
         "OperationAborted",
         "Conflict",
+        "NoSuchUpload",
     )
 )
 

@@ -1,5 +1,6 @@
-"""The times an entry carries: an S3 LastModified (ISO 8601 in UTC) as seconds since the epoch, and the
-retention windows read from them.  Pure and linear; no datetime (start-up time): only prune and status ask."""
+"""The times an entry carries: an S3 LastModified (ISO 8601 in UTC, or an HTTP date in a HEAD's
+Last-Modified) as seconds since the epoch, and the retention windows read from them.  Pure and linear; no
+datetime (start-up time): only prune and status ask."""
 
 from __future__ import annotations
 
@@ -37,6 +38,24 @@ def iso8601(text: str) -> float:
         raise ValueError("a field out of range")
     seconds = _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second
     return seconds + (float("0" + frac) if frac else 0.0)
+
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+
+def http_date(text: str) -> float:
+    """An HTTP date as S3 sends it in Last-Modified (RFC 9110's IMF-fixdate, ``Sun, 06 Nov 1994 08:49:37 GMT``)
+    as seconds since the epoch; ValueError for anything else."""
+    if len(text) != 29 or text[3:5] != ", " or text[25:] != " GMT" or text[:3] not in _WEEKDAYS:
+        raise ValueError("not an HTTP date (Sun, 06 Nov 1994 08:49:37 GMT)")
+    if (text[7], text[11], text[16], text[19], text[22]) != (" ", " ", " ", ":", ":"):
+        raise ValueError("not an HTTP date (Sun, 06 Nov 1994 08:49:37 GMT)")
+    month = text[8:11]
+    if month not in _MONTHS:
+        raise ValueError("not an HTTP date (Sun, 06 Nov 1994 08:49:37 GMT)")
+    iso = f"{text[12:16]}-{_MONTHS.index(month) + 1:02d}-{text[5:7]}T{text[17:25]}Z"
+    return iso8601(iso)
 
 
 def rfc3339(seconds: float) -> str:

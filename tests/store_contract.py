@@ -9,6 +9,7 @@ would have: its own connection, its own descriptors).
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from publish import layout
 from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import Failure
-from publish.stores.base import Store
+from publish.stores.base import LastChange, Store
 
 MakeFile = Callable[..., None]
 MakePeer = Callable[[], Store]
@@ -215,3 +216,19 @@ class StoreContract:
         make_file("exec/A/epoch=0-step=2.ckpt.keep", b"z")
         assert store.remove_folder(UNBOUNDED, "exec/A/epoch=0-step=2.ckpt").removed
         assert store.list_files(UNBOUNDED, "exec/A") == ["epoch=0-step=2.ckpt.keep"]
+
+    def test_newest_is_when_anything_at_a_path_last_changed(self, store: Store, make_file: MakeFile) -> None:
+        before = time.time()
+        make_file("exec/A/checkpoint-1/a", b"a")
+        make_file("exec/A/checkpoint-1/sub/b", b"b")
+        make_file("exec/A/epoch=0-step=1.ckpt", b"c")
+        after = time.time()
+        for path in ("exec/A/checkpoint-1", "exec/A", "exec/A/epoch=0-step=1.ckpt"):
+            change = store.newest(UNBOUNDED, path)
+            assert change.at is not None and before - 2 <= change.at <= after + 2, (path, change)
+            assert (change.link, change.why) == ("", "")
+        assert store.newest(UNBOUNDED, "exec/A/missing") == LastChange(None)
+
+    def test_a_root_without_uploads_lists_none(self, store: Store, make_file: MakeFile) -> None:
+        make_file("exec/A/checkpoint-1/a", b"a")
+        assert store.uploads(UNBOUNDED, "exec", time.time()) == []

@@ -562,3 +562,121 @@ def test_an_endless_vault_answer_is_a_credentials_error(
     assert r.err.startswith("publish: credentials: vault:")
     assert "larger than the limit of 1048576 bytes" in r.err
     assert srv.sent < READ_AT_MOST
+
+
+# ------------------------------------------------------------------------------ multipart uploads (-orphans)
+
+
+def uploads_page(
+    uploads: list[tuple[str, str]], truncated: str = "false", key_marker: str = "", upload_marker: str = ""
+) -> bytes:
+    """A ListMultipartUploads page of (key, upload id), initiated in 2010, keys URL-encoded."""
+    parts = ['<?xml version="1.0" encoding="UTF-8"?><ListMultipartUploadsResult>']
+    parts.append(
+        f"<Bucket>{BUCKET}</Bucket><EncodingType>url</EncodingType><IsTruncated>{truncated}</IsTruncated>"
+    )
+    if key_marker:
+        parts.append(f"<NextKeyMarker>{quote(key_marker)}</NextKeyMarker>")
+    if upload_marker:
+        parts.append(f"<NextUploadIdMarker>{upload_marker}</NextUploadIdMarker>")
+    parts += [
+        f"<Upload><Key>{quote(k)}</Key><UploadId>{u}</UploadId><Initiated>2010-11-10T20:48:33.000Z</Initiated></Upload>"
+        for k, u in uploads
+    ]
+    parts.append("</ListMultipartUploadsResult>")
+    return "".join(parts).encode()
+
+
+def orphan_root(uploads: Callable[[Request], bytes]) -> Reply:
+    """A root with one entry, no tombstone, nothing in exec/, whose uploads answer as ``uploads`` says."""
+
+    def reply(h: Handler, req: Request) -> None:
+        if req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/pub/":
+            h.answer(200, listing([f"{PREFIX}/pub/{entry(1)}"]))
+        elif req.kind == "LIST":
+            h.answer(200, listing([]))
+        elif req.method == "GET" and "uploads" in req.query:
+            h.answer(200, uploads(req))
+        elif req.method == "GET" and "uploadId" in req.query:  # ListParts: none
+            h.answer(200, b"<ListPartsResult><IsTruncated>false</IsTruncated></ListPartsResult>")
+        else:
+            h.answer(204, b"")
+
+    return reply
+
+
+def test_prune_orphans_aborts_nothing_when_an_upload_lies_outside_exec(
+    hostile: Callable[[Reply], tuple[Hostile, str]], tmp_path: Path
+) -> None:
+    stray = [(f"{PREFIX}/exec/A/x", "u1"), (f"{PREFIX}/pub/{entry(1)}", "u2")]
+    srv, url = hostile(orphan_root(lambda req: uploads_page(stray)))
+    r = cli(tmp_path, url, "prune", "-keep", "1", "-orphans")
+    assert r.code == 1
+    assert r.err == (
+        f"publish: store: list-uploads s3://{BUCKET}/{PREFIX}/exec/: the store returned "
+        f"{PREFIX}/pub/{entry(1)}, outside the prefix\n"
+    )
+    assert "DELETE" not in srv.kinds() and "PUT" not in srv.kinds()
+
+
+@pytest.mark.parametrize(
+    ("markers", "why"),
+    [
+        (("", ""), "a truncated listing without a token"),
+        (("k", "u"), "a continuation token it had sent before"),
+    ],
+)
+def test_prune_orphans_refuses_uploads_listed_round_and_round(
+    hostile: Callable[[Reply], tuple[Hostile, str]], tmp_path: Path, markers: tuple[str, str], why: str
+) -> None:
+    page = uploads_page([(f"{PREFIX}/exec/A/x", "u1")], "true", *markers)
+    srv, url = hostile(orphan_root(lambda req: page))
+    r = cli(tmp_path, url, "prune", "-keep", "1", "-orphans")
+    assert r.code == 1
+    assert r.err == f"publish: store: list-uploads s3://{BUCKET}/{PREFIX}/exec/: the store sent {why}\n"
+    assert srv.kinds().count("GET") <= 3 and "DELETE" not in srv.kinds()
+
+
+def test_prune_orphans_follows_both_markers_and_aborts_old_uploads(
+    hostile: Callable[[Reply], tuple[Hostile, str]], tmp_path: Path
+) -> None:
+    def pages(req: Request) -> bytes:
+        if not req.query.get("key-marker"):
+            return uploads_page([(f"{PREFIX}/exec/A/a b+c", "u1")], "true", f"{PREFIX}/exec/A/a b+c", "u1")
+        assert (req.query["key-marker"], req.query["upload-id-marker"]) == (f"{PREFIX}/exec/A/a b+c", "u1")
+        return uploads_page([(f"{PREFIX}/exec/B/y", "u2")])
+
+    srv, url = hostile(orphan_root(pages))
+    r = cli(tmp_path, url, "prune", "-keep", "1", "-orphans")
+    assert r.code == 0, r
+    assert r.lines == [
+        f"aborted s3://{BUCKET}/{PREFIX}/exec/A/a b+c (multipart upload u1)",
+        f"aborted s3://{BUCKET}/{PREFIX}/exec/B/y (multipart upload u2)",
+    ]
+    aborts = [(req.path, req.query["uploadId"]) for req in srv.seen if req.method == "DELETE"]
+    assert aborts == [(f"{PREFIX}/exec/A/a b+c", "u1"), (f"{PREFIX}/exec/B/y", "u2")]
+
+
+def test_prune_orphans_leaves_a_folder_whose_path_no_tombstone_can_name(
+    hostile: Callable[[Reply], tuple[Hostile, str]], tmp_path: Path
+) -> None:
+    def reply(h: Handler, req: Request) -> None:
+        if req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/pub/":
+            h.answer(200, listing([f"{PREFIX}/pub/{entry(1)}"]))
+        elif req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/exec/" and req.query.get("delimiter"):
+            h.answer(200, listing(prefixes=[f"{PREFIX}/exec/../", f"{PREFIX}/exec/./"]))
+        elif req.kind == "LIST":
+            h.answer(200, listing([]))
+        elif req.method == "GET" and "uploads" in req.query:
+            h.answer(200, uploads_page([]))
+        else:
+            h.answer(204, b"")
+
+    srv, url = hostile(reply)
+    r = cli(tmp_path, url, "prune", "-keep", "1", "-orphans")
+    assert (r.code, r.out) == (0, ""), r
+    why = "an empty, . or .. element in its path cannot be recorded in tomb/"
+    assert r.err == "".join(
+        f"publish: prune: left s3://{BUCKET}/{PREFIX}/exec/{name} in place: {why}\n" for name in (".", "..")
+    )
+    assert "DELETE" not in srv.kinds() and "PUT" not in srv.kinds() and "POST" not in srv.kinds()

@@ -97,6 +97,7 @@ def expected(root: str, keep: int | None) -> dict[str, Any]:
             "keep": keep,
             "keep_every": None,
             "keep_within": None,
+            "orphans": None,
             "entries": [layout.name(0, 1, "exec/A/checkpoint-1"), layout.name(0, 2, "exec/A/checkpoint-2")],
             "lines": [
                 f"would remove {loc('exec/old/checkpoint-0')}",

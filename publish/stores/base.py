@@ -42,6 +42,61 @@ class Removal:
         return f"Removal(removed={self.removed!r}, link={self.link!r})"
 
 
+class LastChange:
+    """What :meth:`Store.newest` found at a path.
+
+    ``at``: the newest time anything there changed, in seconds since the epoch (``math.inf`` when it was seen
+    changing), or None when nothing is there or the time could not be told.  ``link``: the path (relative to
+    the root) of the first symbolic link on the path, when there is one (nothing below it was looked at).
+    ``why``: why the time could not be told ("" when it was, or for a link)."""
+
+    __slots__ = ("at", "link", "why")
+
+    def __init__(self, at: float | None, link: str = "", why: str = "") -> None:
+        self.at = at
+        self.link = link
+        self.why = why
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LastChange) and (self.at, self.link, self.why) == (
+            other.at,
+            other.link,
+            other.why,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.at, self.link, self.why))
+
+    def __repr__(self) -> str:
+        return f"LastChange(at={self.at!r}, link={self.link!r}, why={self.why!r})"
+
+
+class Upload:
+    """An incomplete S3 multipart upload: the ``path`` of its object (relative to the root), its ``upload_id``,
+    and ``at``, the newest time it changed (when it was initiated, or its newest part's, seconds since the
+    epoch)."""
+
+    __slots__ = ("path", "upload_id", "at")
+
+    def __init__(self, path: str, upload_id: str, at: float) -> None:
+        self.path = path
+        self.upload_id = upload_id
+        self.at = at
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Upload) and (self.path, self.upload_id, self.at) == (
+            other.path,
+            other.upload_id,
+            other.at,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.upload_id, self.at))
+
+    def __repr__(self) -> str:
+        return f"Upload(path={self.path!r}, upload_id={self.upload_id!r}, at={self.at!r})"
+
+
 class Store(Protocol):
     """A checkpoint root: the pub/ entries, and the save folders they name."""
 
@@ -174,6 +229,30 @@ class Store(Protocol):
         """Every regular file (object) below the folder ``path``, by its path relative to it, and its size in
         bytes.  POSIX: a walk that never follows a link; a link, a FIFO or any other file that is not regular is
         refused, naming it.  S3: one LIST of ``path/`` (pages of 1,000)."""
+        ...
+
+    def newest(self, dl: Deadline, path: str) -> LastChange:
+        """When anything at ``path`` last changed: the folder itself and everything below it, or the one file.
+
+        POSIX: the greatest ``st_mtime`` or ``st_ctime`` (which no one can set back) of the folder and of every
+        file, folder and link below it, by a walk down from the root's descriptor that never follows a
+        link (``O_NOFOLLOW``, each directory compared with its ``lstat``); a symbolic link on the path
+        itself is reported in ``link``.  Something that vanishes or is swapped while the walk runs is a change
+        seen now (``math.inf``).  More than :data:`publish.fsops.NEWEST_ENTRIES` entries below it, more than
+        :data:`publish.fsops.NEWEST_DEPTH` levels, or a folder it may not read: not told (``why``).
+        S3: the greatest LastModified of one LIST of ``path/`` (all pages); with no object there, the object
+        ``path`` itself (HEAD, its Last-Modified)."""
+        ...
+
+    def uploads(self, dl: Deadline, path: str, cutoff: float) -> list[Upload]:
+        """The incomplete multipart uploads of objects below the folder ``path``, in the store's order.  An
+        upload initiated at or before ``cutoff`` (seconds since the epoch) has its time raised to its newest
+        part's (one ListParts each), and one gone meanwhile is left out.  POSIX: none."""
+        ...
+
+    def abort_upload(self, dl: Deadline, upload: Upload) -> bool:
+        """Abort the multipart upload; False when there was none (completed or aborted meanwhile).  POSIX:
+        never called (it has none)."""
         ...
 
     def remove_folder(self, dl: Deadline, path: str) -> Removal:

@@ -15,7 +15,7 @@ from publish.deadline import Deadline
 from publish.errors import Failure, FileError
 from publish.layout import EXEC, POSIX_NAME_MAX, PUB, TOMB
 from publish.redact import shown
-from publish.stores.base import Removal
+from publish.stores.base import Removal, Upload
 from publish.stores.posix_files import PosixFiles
 from publish.stores.posix_root import _O_CLOEXEC, _O_NOFOLLOW, _entry_kind
 
@@ -168,6 +168,12 @@ class PosixStore(PosixFiles):
                 raise FileError(f"{self._full(where)}/{name}", e) from None
         if names:
             fsops.fsync_fd(fd)
+
+    def uploads(self, dl: Deadline, path: str, cutoff: float) -> list[Upload]:
+        return []  # a file being written is a file: newest sees it
+
+    def abort_upload(self, dl: Deadline, upload: Upload) -> bool:
+        return False
 
     def remove_folder(self, dl: Deadline, path: str) -> Removal:
         """Walk down from the root's descriptor, each element checked (``lstat``) then opened with

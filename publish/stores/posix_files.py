@@ -10,7 +10,12 @@ from publish import fsops
 from publish.deadline import Deadline
 from publish.errors import Failure, FileError
 from publish.fileio import read_at_most
+from publish.redact import shown
+from publish.stores.base import LastChange
 from publish.stores.posix_root import _MARKER_FLAGS, RANGE_LIMIT, PosixRoot, kind, why
+
+#: The errors that leave a folder's age untold (it is left in place, with why), rather than failing the verb.
+_UNTOLD_ERRNOS = (errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ELOOP)
 
 
 def _is_dir(entry: os.DirEntry[str], unexamined: list[tuple[str, str]] | None) -> bool:
@@ -151,6 +156,43 @@ class PosixFiles(PosixRoot):
         finally:
             os.close(top)
         return found
+
+    def newest(self, dl: Deadline, path: str) -> LastChange:
+        """Walk down from the root's descriptor as remove_folder does (each element checked with ``lstat``,
+        opened with ``O_NOFOLLOW`` and compared), then through the folder with :func:`fsops.newest_tree`."""
+        parts = path.split("/")
+        fds = [self._open_root()]
+        rel = ""
+        try:
+            for i, part in enumerate(parts):
+                rel = "/".join(parts[: i + 1])
+                st = fsops.lstat_at(fds[-1], part)
+                if st is None:
+                    return LastChange(None)
+                if stat.S_ISLNK(st.st_mode):
+                    return LastChange(None, link=rel)
+                if not stat.S_ISDIR(st.st_mode):
+                    return LastChange(fsops.changed_at(st) if i == len(parts) - 1 else None)
+                entered = fsops.enter(fds[-1], part, st)
+                if entered == fsops.LINK:
+                    return LastChange(None, link=rel)
+                if entered == fsops.GONE:
+                    return LastChange(None)
+                if isinstance(entered, str):
+                    return LastChange(fsops.CHANGING)
+                fds.append(entered)
+            return LastChange(fsops.newest_tree(fds[-1]))
+        except fsops.Untold as e:
+            return LastChange(None, why=f"its age cannot be told: {e}")
+        except OSError as e:
+            below = e.filename if isinstance(e.filename, str) and e.filename else ""
+            where = self._full(rel + ("/" + below if below else ""))
+            if e.errno in _UNTOLD_ERRNOS:
+                return LastChange(None, why=f"its age cannot be told: {shown(where)}: {why(e)}")
+            raise FileError(shown(where), e) from None
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def size(self, dl: Deadline, path: str) -> int | None:
         st = self._lstat(path)

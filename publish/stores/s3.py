@@ -8,7 +8,7 @@ from publish.errors import Failure, StoreError
 from publish.layout import PUB, ROOT_OBJECT, S3_KEY_MAX, TOMB
 from publish.redact import shown
 from publish.s3client import S3Client
-from publish.stores.base import Removal
+from publish.stores.base import LastChange, Removal, Upload
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
@@ -153,6 +153,61 @@ class S3Store:
 
     def exists(self, dl: Deadline, path: str) -> bool:
         return self.client.head(self.key(path), deadline=dl) is not None
+
+    def _time(self, text: str, key: str, op: str, thing: str) -> float:
+        """A LastModified or Initiated text the store listed for ``key``, in seconds since the epoch."""
+        from publish.timestamps import iso8601
+
+        try:
+            return iso8601(text)
+        except ValueError:
+            raise StoreError(
+                f"the store listed {shown(key)} without a time it could read ({shown(text)})",
+                op=op,
+                thing=thing,
+            ) from None
+
+    def newest(self, dl: Deadline, path: str) -> LastChange:
+        key = self.key(path)
+        listing = self.client.list(key + "/", deadline=dl)
+        if listing.keys:
+            thing = self.location(path) + "/"
+            return LastChange(
+                max(self._time(m, k, "list", thing) for k, m in zip(listing.keys, listing.modified))
+            )
+        headers = self.client.head(key, deadline=dl)  # a save that is one object (a Lightning .ckpt)
+        if headers is None:
+            return LastChange(None)
+        from publish.timestamps import http_date
+
+        text = headers.get("last-modified", "")
+        try:
+            return LastChange(http_date(text))
+        except ValueError:
+            raise StoreError(
+                f"the store sent no Last-Modified it could read ({shown(text)})",
+                op="head",
+                thing=self.location(path),
+            ) from None
+
+    def uploads(self, dl: Deadline, path: str, cutoff: float) -> list[Upload]:
+        prefix = self.key(path) + "/"
+        base = len(self.key(""))
+        thing = self.location(path) + "/"
+        found = []
+        for key, upload_id, initiated in self.client.list_uploads(prefix, deadline=dl):
+            at = self._time(initiated, key, "list-uploads", thing)
+            if at <= cutoff:  # initiated long ago: it may still be receiving parts
+                parts = self.client.list_parts(key, upload_id, deadline=dl)
+                if parts is None:
+                    continue  # completed or aborted meanwhile
+                for text in parts:
+                    at = max(at, self._time(text, key, "list-parts", self.location(key[base:])))
+            found.append(Upload(key[base:], upload_id, at))
+        return found
+
+    def abort_upload(self, dl: Deadline, upload: Upload) -> bool:
+        return self.client.abort_upload(self.key(upload.path), upload.upload_id, deadline=dl)
 
     def remove_folder(self, dl: Deadline, path: str) -> Removal:
         key = self.key(path)

@@ -3,21 +3,27 @@
 Before removing an entry, prune records each folder it is about to remove as a tombstone in tomb/ (durable),
 and removes a tombstone only after its folder.  So a prune killed at any point leaves tombstones for every
 folder it planned and had not finished, and the next prune finishes them: exactly what an uninterrupted one
-would have left.
+would have left.  With -orphans it also removes, through the same tombstones, what in other attempts' folders
+no remaining entry relates to and nothing has changed in for -orphans-age (publish.verbs.orphans).
 """
 
 from __future__ import annotations
 
 from publish import layout
 from publish.deadline import Deadline
+from publish.errors import UsageError
 from publish.layout import PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
+from publish.verbs.orphans import AGE, Orphans
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from publish.flags import Flag, FlagSet
+    from publish.stores.base import Upload
 
 #: How many finished tombstones are dropped at once (one fsync of tomb/ on POSIX).
 TOMB_BATCH = 512
@@ -26,9 +32,10 @@ TOMB_BATCH = 512
 class Policy:
     """Which entries stay: the latest ``keep`` (at least one, so the newest always stays), and also those whose
     step is a multiple of ``every`` (0: none) and those made within ``within`` seconds before ``now`` (None:
-    none), by ``times`` (entry name to seconds since the epoch, Store.entry_times)."""
+    none), by ``times`` (entry name to seconds since the epoch, Store.entry_times).  ``orphans``: also remove
+    the leftovers in exec/ that -orphans asks for (None: not asked)."""
 
-    __slots__ = ("keep", "every", "within", "times", "now")
+    __slots__ = ("keep", "every", "within", "times", "now", "orphans")
 
     def __init__(
         self,
@@ -43,6 +50,7 @@ class Policy:
         self.within = within
         self.times = times or {}
         self.now = now
+        self.orphans: Orphans | None = None
 
     def also_kept(self, entry: layout.Entry) -> bool:
         if self.every and entry.step % self.every == 0:
@@ -89,14 +97,19 @@ def plan(entries: list[layout.Entry], keep: int | Policy) -> tuple[list[layout.E
 
 class Schedule:
     """What a prune of given entries and tombstones does: the entries it removes, the tombstones it writes
-    and drops, and the folders it removes in order (``resumed`` from tomb/, then its own ``folders``)."""
+    and drops, and the folders it removes in order (``resumed`` from tomb/, then its own ``folders``, then
+    the ``orphans`` -orphans found); with -orphans also the multipart ``uploads`` it aborts (first) and the
+    candidates it leaves in place with why (``left``)."""
 
-    __slots__ = ("gone", "folders", "recorded", "stale", "resumed")
+    __slots__ = ("gone", "kept", "folders", "recorded", "stale", "resumed", "orphans", "uploads", "left")
 
     def __init__(self, entries: list[layout.Entry], tombs: list[str], keep: int | Policy) -> None:
         self.gone, kept_entries = split(entries, keep)
-        kept = layout.Nest([k.path for k in kept_entries])
+        self.kept = kept = layout.Nest([k.path for k in kept_entries])
         self.folders = unrelated(self.gone, kept)
+        self.orphans: list[str] = []
+        self.uploads: list[Upload] = []
+        self.left: list[tuple[str, str]] = []
         planned, self.recorded = set(self.folders), set(tombs)
         # A recorded folder that a remaining entry relates to (published again since) stays, and only its
         # tombstone goes.  Every other one is removed with this prune's own folders, after the entries: an
@@ -105,7 +118,14 @@ class Schedule:
         self.resumed = sorted(f for f in tombs if f not in planned and not kept.related(f))
 
     def removals(self) -> list[str]:
-        return self.resumed + self.folders
+        return self.resumed + self.folders + self.orphans
+
+    def find_orphans(self, dl: Deadline, store: Store, orphans: Orphans, now: float) -> None:
+        """Add what -orphans removes (publish.verbs.orphans): the folders after the others, the uploads."""
+        from publish.verbs.orphans import find
+
+        found = find(dl, store, orphans, self.kept, self.resumed + self.folders, now)
+        self.orphans, self.uploads, self.left = found.folders, found.uploads, found.left
 
 
 def read_schedule(dl: Deadline, store: Store, keep: int | Policy) -> Schedule:
@@ -124,29 +144,42 @@ def read_schedule(dl: Deadline, store: Store, keep: int | Policy) -> Schedule:
     tombs = layout.parse_tombs(store.list_tombs(dl), store.location(TOMB))
     if not entries and not tombs:
         store.check_exists(dl)
-    return Schedule(entries, tombs, keep)
+    sched = Schedule(entries, tombs, keep)
+    if isinstance(keep, Policy) and keep.orphans is not None:
+        import time
+
+        sched.find_orphans(dl, store, keep.orphans, time.time())
+    return sched
 
 
 def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: bool = False) -> int:
     """Prune the root, finishing first what an interrupted prune recorded in tomb/.
 
     ``dry_run``: the same reads and checks, then ``would remove <location>`` per folder the prune would
-    remove, and nothing written.  Returns how many folders it removed."""
+    remove (and ``would abort ...`` per upload), and nothing written.  Returns how many folders it removed."""
     sched = read_schedule(dl, store, keep)
     if dry_run:
         for line in would_remove(dl, store, sched):
-            if line.startswith("would remove "):
+            if line.startswith(("would remove ", "would abort ")):
                 say.out(line)
             else:
                 say.warn(line)
         return 0
-    folders = sched.folders
     count = 0
-    store.create_tombs(dl, [layout.tomb_name(f) for f in folders if f not in sched.recorded])
+    store.create_tombs(
+        dl, [layout.tomb_name(f) for f in sched.folders + sched.orphans if f not in sched.recorded]
+    )
     if sched.gone:
         # Entries first: a crash never leaves one naming a missing save.
         store.remove_entries(dl, [e.name for e in sched.gone])
     store.remove_tombs(dl, [layout.tomb_name(f) for f in sched.stale])
+    if sched.orphans:
+        _named_since(dl, store, sched)
+    for upload in sched.uploads:  # before the folders: none can complete into a folder once it is gone
+        if store.abort_upload(dl, upload):
+            say.out(aborted(store, upload))
+    for path, why in sched.left:
+        say.warn(f"prune: left {shown(store.location(path))} in place: {why}")
     finished: list[str] = []  # tombstones whose folder is gone: dropped a batch at a time, after it
     try:
         for folder in sched.removals():
@@ -172,13 +205,35 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
     return count
 
 
+def aborted(store: Store, upload: Upload, would: str = "") -> str:
+    """``aborted <location> (multipart upload <id>)``, or with ``would`` ("would abort ...")."""
+    verb = f"{would} abort" if would else "aborted"
+    return f"{verb} {shown(store.location(upload.path))} (multipart upload {shown(upload.upload_id)})"
+
+
+def _named_since(dl: Deadline, store: Store, sched: Schedule) -> None:
+    """Read pub/ again now that the orphans' tombstones are durable: an orphan an entry published since
+    relates to stays, and its tombstone goes (from here on, watch and publish refuse what a tombstone
+    relates to).  A prune killed before this is finished the same way: the next one keeps a recorded folder
+    that a remaining entry relates to."""
+    now = layout.parse_all(store.list_entries(dl), store.location(PUB))
+    named = layout.Nest([e.path for e in now])
+    taken = [f for f in sched.orphans if named.related(f)]
+    if taken:
+        sched.orphans = [f for f in sched.orphans if f not in set(taken)]
+        store.remove_tombs(dl, [layout.tomb_name(f) for f in taken])
+
+
 def would_remove(dl: Deadline, store: Store, sched: Schedule) -> list[str]:
-    """The lines a prune following ``sched`` would print, with ``would`` in them, reading only: ``would
-    remove <location>`` per folder that is there, and (for stderr) a folder a link would keep in place.
+    """The lines a prune following ``sched`` would print, with ``would`` in them, reading only: ``would abort
+    <location> (multipart upload <id>)`` per upload -orphans aborts, (for stderr) each orphan it would leave
+    in place and why, ``would remove <location>`` per folder that is there, and (for stderr) a folder a link
+    would keep in place.
 
     A folder inside one removed before it is gone by then; one holding folders removed before it is
     removed (S3: printed) only when something else is left in it."""
-    lines = []
+    lines = [aborted(store, u, "would") for u in sched.uploads]
+    lines += [f"prune: would leave {shown(store.location(p))} in place: {why}" for p, why in sched.left]
     removed: list[str] = []
     done: set[str] = set()
     for folder in sched.removals():
@@ -232,7 +287,10 @@ def _link_on_path(store: Store, folder: str) -> str:
 
 class Prune(common.Command):
     name = "prune"
-    synopsis = f"publish prune {common.ROOT_FLAGS} [-keep 3] [-keep-every K] [-keep-within D] [-dry-run]"
+    synopsis = (
+        f"publish prune {common.ROOT_FLAGS} [-keep 3] [-keep-every K] [-keep-within D] "
+        "[-orphans [-orphans-age 1h] [-attempt A]] [-dry-run]"
+    )
     summary = "remove all but the latest publications and the folders only they named"
 
     def __init__(self) -> None:
@@ -244,11 +302,15 @@ class Prune(common.Command):
             "dry-run", False, "print what would be removed (would remove <location>), remove nothing"
         )
         self.keep_every, self.keep_within = policy_flags(self.fs)
+        self.orphans, self.orphans_age = orphan_flags(self.fs)
+        self.attempt = attempt_flag(self.fs)
 
     def run(self, call: common.Call) -> int:
         common.expect_args(call, [])
+        orphans = given_orphans(self.orphans, self.orphans_age, self.attempt, call.env)
         store = self.open(call, self.root(call)).store
         policy = policy_of(self.keep.value, self.keep_every, self.keep_within)
+        policy.orphans = orphans
         prune(self.deadline(call), store, call.say, policy, dry_run=self.dry_run.value)
         return 0
 
@@ -264,6 +326,52 @@ def policy_flags(fs: FlagSet) -> tuple[Flag[int], Flag[float]]:
 
 def policy_of(keep: int, every: Flag[int], within: Flag[float]) -> Policy:
     return Policy(keep, every.value if every.is_set else 0, within.value if within.is_set else None)
+
+
+def orphan_flags(fs: FlagSet) -> tuple[Flag[bool], Flag[float]]:
+    """-orphans and -orphans-age, for prune, run and status."""
+    orphans = fs.boolean(
+        "orphans",
+        False,
+        "also remove the folders and files in other attempts' folders under exec/ that no kept publication "
+        "relates to, once nothing in them changed for -orphans-age (S3: and abort multipart uploads as old)",
+    )
+    age = fs.duration(
+        "orphans-age", AGE, "how long nothing in a leftover must have changed before -orphans removes it"
+    )
+    return orphans, age
+
+
+def attempt_flag(fs: FlagSet) -> Flag[str]:
+    """-attempt, for prune and status: the attempt -orphans never touches."""
+    return fs.string(
+        "attempt",
+        "",
+        "with -orphans: the current attempt `A`, never touched (env DISPATCH_ATTEMPT; default: none, every "
+        "attempt is looked at)",
+    )
+
+
+def orphans_of(orphans: Flag[bool], age: Flag[float], attempt: str) -> Orphans | None:
+    """What -orphans and -orphans-age ask for, outside ``attempt`` (``""``: none); -orphans-age alone is a
+    usage error."""
+    if not orphans.value:
+        if age.is_set:
+            raise UsageError("-orphans-age applies to -orphans: give -orphans")
+        return None
+    return Orphans(age.value, attempt)
+
+
+def given_orphans(
+    orphans: Flag[bool], age: Flag[float], attempt: Flag[str], env: Mapping[str, str]
+) -> Orphans | None:
+    """orphans_of, with the attempt from -attempt, else DISPATCH_ATTEMPT (prune and status)."""
+    if not orphans.value and attempt.is_set:
+        raise UsageError("-attempt applies to -orphans: give -orphans")
+    current = common.flag_or_env(attempt, env, "DISPATCH_ATTEMPT") if orphans.value else ""
+    if current:
+        common.check_attempt(current)
+    return orphans_of(orphans, age, current)
 
 
 COMMAND = Prune

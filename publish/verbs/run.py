@@ -21,7 +21,7 @@ from publish.layout import EXEC
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
-from publish.verbs.prune import Policy, policy_flags, policy_of
+from publish.verbs.prune import Policy, orphan_flags, orphans_of, policy_flags, policy_of
 from publish.verbs.resolve import resolve
 from publish.verbs.slurm import LIVE, Batch, signame
 from publish.verbs.watch import SignalStop, Watcher, _bounded
@@ -346,7 +346,7 @@ class Run(common.SavesCommand):
     name = "run"
     synopsis = (
         f"publish run {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-metrics FILE] [-world-size N] "
-        "[-keep N [-keep-every K] [-keep-within D]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]"
+        "[-keep N [-keep-every K] [-keep-within D] [-orphans [-orphans-age 1h]]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]"
     )
     summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"
     attempt_usage = "the execution `A`: saves go to ROOT/exec/A (env DISPATCH_ATTEMPT; default: from Slurm's job, else unique)"
@@ -358,6 +358,7 @@ class Run(common.SavesCommand):
         keep = "after COMMAND exits, prune to the latest `N` (default: no prune)"
         self.keep = fs.custom("keep", None, keep, lambda t: parse_decimal(t, minimum=1), "N")
         self.keep_every, self.keep_within = policy_flags(fs)
+        self.orphans, self.orphans_age = orphan_flags(fs)
         resume = "when there is a save, append `FLAG` and its location to COMMAND"
         self.resume_arg = fs.string("resume-arg", "", resume)
         sig = "a `SIG` passed on as SIGTERM and SIGINT are (e.g. USR1)"
@@ -393,6 +394,11 @@ class Run(common.SavesCommand):
         )
         if keep is None and (self.keep_every.is_set or self.keep_within.is_set):
             raise UsageError("-keep-every and -keep-within apply to the prune -keep N asks for: give -keep")
+        orphans = orphans_of(self.orphans, self.orphans_age, attempt)  # the current attempt is never touched
+        if keep is None and orphans is not None:
+            raise UsageError("-orphans applies to the prune -keep N asks for: give -keep")
+        if keep is not None:
+            keep.orphans = orphans
         return run(
             dl, store, call.say, framework, attempt, epoch, call.args, env=call.env, root=root.text,
             interval=self.interval.value, timeout=timeout, signals=signals, keep=keep, resume_arg=resume_arg,

@@ -14,7 +14,16 @@ from publish.layout import EXEC, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
-from publish.verbs.prune import Policy, Schedule, policy_flags, policy_of, would_remove
+from publish.verbs.prune import (
+    Policy,
+    Schedule,
+    attempt_flag,
+    given_orphans,
+    orphan_flags,
+    policy_flags,
+    policy_of,
+    would_remove,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -161,10 +170,24 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | N
             keep.times, keep.now = times, now
         sched = Schedule(entries, tombs, keep)
         policy = keep if isinstance(keep, Policy) else Policy(keep)
+        orphans = None
+        if policy.orphans is not None:
+            sched.find_orphans(dl, store, policy.orphans, now)
+            orphans = {
+                "age": policy.orphans.age,
+                "attempt": policy.orphans.attempt or None,
+                "folders": sched.orphans,
+                "uploads": [
+                    {"path": u.path, "location": store.location(u.path), "upload_id": u.upload_id}
+                    for u in sched.uploads
+                ],
+                "left": [{"path": p, "location": store.location(p), "why": why} for p, why in sched.left],
+            }
         doc["prune"] = {
             "keep": policy.keep,
             "keep_every": policy.every or None,
             "keep_within": policy.within,
+            "orphans": orphans,
             "entries": [e.name for e in sched.gone],
             "lines": would_remove(dl, store, sched),
         }
@@ -244,6 +267,13 @@ def text(doc: dict[str, Any]) -> list[str]:
             from publish.gocompat import format_duration
 
             policy += f" -keep-within {format_duration(plan['keep_within'])}"
+        orphans = plan.get("orphans")
+        if orphans is not None:
+            from publish.gocompat import format_duration
+
+            policy += f" -orphans -orphans-age {format_duration(orphans['age'])}"
+            if orphans["attempt"] is not None:
+                policy += f" -attempt {shown(orphans['attempt'])}"
         section(
             f"prune {policy} would remove entries: {len(plan['entries'])}, and:",
             [f"  {line}" for line in plan["lines"]],
@@ -253,7 +283,10 @@ def text(doc: dict[str, Any]) -> list[str]:
 
 class Status(common.Command):
     name = "status"
-    synopsis = f"publish status {common.ROOT_FLAGS} [-framework F] [-keep N [-keep-every K] [-keep-within D]] [-json]"
+    synopsis = (
+        f"publish status {common.ROOT_FLAGS} [-framework F] "
+        "[-keep N [-keep-every K] [-keep-within D] [-orphans [-orphans-age 1h] [-attempt A]]] [-json]"
+    )
     summary = "show what a root holds: publications, unpublished saves, leftovers, pending prunes"
 
     def __init__(self) -> None:
@@ -266,17 +299,26 @@ class Status(common.Command):
         self.framework = common.framework_flag(
             self.fs, "only this framework's verdicts: hf, dcp, snapshot, lightning or deepspeed"
         )
+        self.orphans, self.orphans_age = orphan_flags(self.fs)
+        self.attempt = attempt_flag(self.fs)
 
     def run(self, call: common.Call) -> int:
         common.expect_args(call, [])
         if not self.keep.is_set and (self.keep_every.is_set or self.keep_within.is_set):
             raise UsageError("-keep-every and -keep-within apply to the prune -keep N shows: give -keep")
+        if not self.keep.is_set and self.orphans.value:
+            raise UsageError("-orphans applies to the prune -keep N shows: give -keep")
+        orphans = given_orphans(self.orphans, self.orphans_age, self.attempt, call.env)
         store = self.open(call, self.root(call)).store
+        policy = None
+        if self.keep.is_set:
+            policy = policy_of(self.keep.value, self.keep_every, self.keep_within)
+            policy.orphans = orphans
         status(
             self.deadline(call),
             store,
             call.say,
-            policy_of(self.keep.value, self.keep_every, self.keep_within) if self.keep.is_set else None,
+            policy,
             as_json=self.json.value,
             only=self.framework.value,
         )
