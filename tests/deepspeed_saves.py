@@ -273,3 +273,10 @@ def write(saves: Path, files: list[tuple[str, bytes]]) -> None:
 def write_save(saves: Path, step: int, **kw: object) -> None:
     """One whole save, written in DeepSpeed's order."""
     write(saves, save_files(step, **kw))  # type: ignore[arg-type]
+
+
+def colliding(keys: int = 40_000) -> bytes:
+    """A model-states file whose client state is a dict of ``keys`` int keys of one hash (k * (2^61 - 1)):
+    building it takes the C unpickler time quadratic in ``keys`` inside one call (560 KB: about 20 s)."""
+    body = b"".join(dumps(k * ((1 << 61) - 1))[2:-1] + b"N" for k in range(1, keys + 1))
+    return archive("mp_rank_00_model_states", dumps(model_states_dict(1, 2, client=Raw(b"}(" + body + b"u"))))

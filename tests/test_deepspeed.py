@@ -338,8 +338,7 @@ def test_a_hostile_model_states_file_is_refused_at_once_naming_it(tmp_path: Path
 def test_colliding_keys_past_the_in_process_size_are_refused_by_the_guarded_reader(tmp_path: Path) -> None:
     """40,000 int keys of one hash (560 KB): about 20 s inside one C call.  Read in a child, the C reader is
     given 0.5 s + 1 s per MB, then the guarded reader refuses the first such key."""
-    keys = b"}(" + b"".join(ds.dumps(k * ((1 << 61) - 1))[2:-1] + b"N" for k in range(1, 40_001)) + b"u"
-    whole, notes = _judged(tmp_path, _with(client=Raw(keys)))
+    whole, notes = _judged(tmp_path, ds.colliding(40_000))
     assert whole is False
     assert len(notes) == 1 and "an int of 2^61-1 or more as a dict key" in notes[0], notes
 
