@@ -20,6 +20,7 @@ import pytest
 
 from publish import deepspeed_states
 from publish.deadline import UNBOUNDED, Deadline
+from publish.errors import StoreError
 from publish.frameworks import FRAMEWORKS
 from publish.stores.posix import PosixStore
 from publish.stores.s3 import S3Store
@@ -222,6 +223,22 @@ def test_a_save_whose_model_states_do_not_parse_is_named_once_and_the_others_are
         f"{bad}: its mp_world_size (of type str) is not a world size from 1 to {deepspeed_states.RANKS_LIMIT}: "
         "the save is not published (publish it with `publish publish` once you know it is whole)"
     ]
+
+
+def test_the_store_failing_while_the_model_states_are_read_is_the_stores_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a fault of the save (said once and passed over): the scan fails, as for every framework."""
+    saves, scans = _posix(tmp_path)
+    ds.write_save(saves, 1)
+
+    def refuse(*_: object) -> bytes:
+        raise StoreError("the store refused a read")
+
+    monkeypatch.setattr(PosixStore, "read_range", refuse)
+    with pytest.raises(StoreError, match="^store: the store refused a read$"):
+        scans.scan()
+    assert scans.err == []
 
 
 # -- model-states files built to hurt the reader ----------------------------------------------------------

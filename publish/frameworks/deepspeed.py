@@ -66,7 +66,7 @@ def _latest_step(dl: Deadline, store: Store, saves: str) -> int | None:
 
 def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
     from publish import deepspeed_states, ziptail
-    from publish.errors import Failure
+    from publish.errors import Failure, StoreError
     from publish.redact import shown
 
     saves = path.rpartition("/")[0]
@@ -91,6 +91,8 @@ def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[s
         )
     except deepspeed_states.Incomplete:
         return False
+    except StoreError:
+        raise  # the store failing is no fault of the file
     except Failure as e:
         note(f"{e}: the save is not published (publish it with `publish publish` once you know it is whole)")
         return False
