@@ -48,21 +48,35 @@ def _find_eocd(tail: bytes) -> int:
     return -1
 
 
+#: One entry of a central directory: its name, compression method, CRC-32, compressed and uncompressed
+#: sizes, and the offset of its local header.
+Entry = tuple[bytes, int, int, int, int, int]
+_LOCAL = b"PK\x03\x04"
+_LOCAL_SIZE = 30
+
+
 def whole(size: int, read: Callable[[int, int], bytes]) -> bool:
     """True when the zip archive of ``size`` bytes is whole; ``read(offset, length)`` returns file bytes.
 
     False otherwise: while it is being written there is no end record at its end yet, and a writer killed
     part-way never leaves one.  Inconsistent end records are "not whole" too, never a fault: the last bytes
     of a tensor still being written may look like an end record by chance, and must not stop a watch."""
+    found = directory(size, read)
+    return bool(found and found[0])
+
+
+def directory(size: int, read: Callable[[int, int], bytes]) -> tuple[list[Entry], int] | None:
+    """The entries of the whole zip archive of ``size`` bytes, and the offset its central directory starts
+    at; None when it is not whole (:func:`whole`)."""
     if size < _EOCD_SIZE:
-        return False
+        return None
     start = size - tail_size(size)
     tail = read(start, size - start)
     if len(tail) != size - start:
-        return False
+        return None
     at = _find_eocd(tail)
     if at < 0:
-        return False
+        return None
     eocd = start + at
     disk, cd_disk, n_here, n_total, cd_size, cd_offset = struct.unpack_from("<HHHHII", tail, at + 4)
     end_of_cd = eocd
@@ -71,34 +85,73 @@ def whole(size: int, read: Callable[[int, int], bytes]) -> bool:
     if 0xFFFF in (n_here, n_total) or 0xFFFFFFFF in (cd_size, cd_offset) or has_locator:
         # torch's writer puts zip64 end records before every end record, large or not
         if not has_locator:
-            return False
+            return None
         (z64,) = struct.unpack_from("<Q", tail, loc + 8)
         if z64 + _EOCD64_SIZE > eocd - _LOCATOR_SIZE:
-            return False
+            return None
         record = read(z64, _EOCD64_SIZE)
         if len(record) != _EOCD64_SIZE or record[:4] != _EOCD64:
-            return False
+            return None
         n_here, n_total, cd_size, cd_offset = struct.unpack_from("<QQQQ", record, 24)
         end_of_cd = z64
     if disk or cd_disk or n_here != n_total:
-        return False
+        return None
     if cd_offset + cd_size != end_of_cd:
-        return False
+        return None
     if cd_size > CENTRAL_LIMIT:
-        return False  # not a torch archive
-    directory = read(cd_offset, cd_size)
-    if len(directory) != cd_size:
-        return False
-    pos = count = 0
+        return None  # not a torch archive
+    data = read(cd_offset, cd_size)
+    if len(data) != cd_size:
+        return None
+    entries: list[Entry] = []
+    pos = 0
     while pos < cd_size:
-        if directory[pos : pos + 4] != _ENTRY or pos + _ENTRY_SIZE > cd_size:
-            return False
-        name_len, extra_len, comment_len = struct.unpack_from("<HHH", directory, pos + 28)
-        (local,) = struct.unpack_from("<I", directory, pos + 42)
+        if data[pos : pos + 4] != _ENTRY or pos + _ENTRY_SIZE > cd_size:
+            return None
+        method, _, _, crc, packed, unpacked, name_len, extra_len, comment_len = struct.unpack_from(
+            "<HHHIIIHHH", data, pos + 10
+        )
+        (local,) = struct.unpack_from("<I", data, pos + 42)
+        name = data[pos + _ENTRY_SIZE : pos + _ENTRY_SIZE + name_len]
+        extra = data[pos + _ENTRY_SIZE + name_len : pos + _ENTRY_SIZE + name_len + extra_len]
         if local >= cd_offset and local != 0xFFFFFFFF:
-            return False
+            return None
+        unpacked, packed, local = _zip64(extra, unpacked, packed, local)
+        entries.append((name, method, crc, packed, unpacked, local))
         pos += _ENTRY_SIZE + name_len + extra_len + comment_len
-        count += 1
-    if pos != cd_size or count != n_total:
-        return False
-    return count > 0
+    if pos != cd_size or len(entries) != n_total:
+        return None
+    return entries, cd_offset
+
+
+def _zip64(extra: bytes, unpacked: int, packed: int, local: int) -> tuple[int, int, int]:
+    """The sizes and offset an entry's zip64 extra field holds for those of its fields that are 0xFFFFFFFF
+    (in that order); as they are when it has none (the offset then stays 0xFFFFFFFF: past any file)."""
+    pos = 0
+    while pos + 4 <= len(extra):
+        tag, length = struct.unpack_from("<HH", extra, pos)
+        if tag == 1:
+            values = [unpacked, packed, local]
+            at = pos + 4
+            for i, value in enumerate(values):
+                if value == 0xFFFFFFFF and at + 8 <= pos + 4 + length and at + 8 <= len(extra):
+                    (values[i],) = struct.unpack_from("<Q", extra, at)
+                    at += 8
+            return values[0], values[1], values[2]
+        pos += 4 + length
+    return unpacked, packed, local
+
+
+def member(entry: Entry, end: int, read: Callable[[int, int], bytes]) -> bytes | None:
+    """The stored bytes of ``entry`` (of :func:`directory`), read through its local header, which must name
+    it and end with the member before ``end`` (where the central directory starts); None otherwise."""
+    name, _, _, packed, _, local = entry
+    header = read(local, _LOCAL_SIZE + len(name))
+    if len(header) != _LOCAL_SIZE + len(name) or header[:4] != _LOCAL or header[_LOCAL_SIZE:] != name:
+        return None
+    name_len, extra_len = struct.unpack_from("<HH", header, 26)
+    start = local + _LOCAL_SIZE + name_len + extra_len
+    if name_len != len(name) or start + packed > end:
+        return None
+    data = read(start, packed)
+    return data if len(data) == packed else None

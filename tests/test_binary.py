@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import dcp_shapes
+from tests import dcp_shapes, deepspeed_saves
 from tests.binaries import (
     BIN,
     BUILD_LINES,
@@ -1085,3 +1085,39 @@ def test_clean_unpacked_removes_fill_directories_left_in_a_cache(binary: Path, t
     assert cache_entries(cache) == sorted([copy, young.name])
     r = subprocess.run([str(binary), "version"], capture_output=True, text=True, env=env)
     assert (r.returncode, first(r.stdout), r.stderr) == (0, VERSION_LINE, "")
+
+
+def test_deepspeed_model_states_are_read_by_the_frozen_program(binary: Path, tmp_path: Path) -> None:
+    """A DeepSpeed save's model states are read through the zip's directory and members (the CRC from
+    binascii), the pickle in a forked child past 16 KiB: run publishes the whole save and names the one
+    whose model states are refused (40,000 colliding keys), once."""
+    root = tmp_path / "root"
+    saves = root / "exec" / "A"
+    deepspeed_saves.write_save(saves, 1, args=["x" * 100] * 400)  # a client state of 40 KB
+    deepspeed_saves.write_save(saves, 2)
+    bad = saves / "global_step2" / "mp_rank_00_model_states.pt"
+    bad.write_bytes(deepspeed_saves.colliding(40_000))
+    assert len((saves / "global_step1" / "mp_rank_00_model_states.pt").read_bytes()) > 40_000
+    r = subprocess.run(
+        [
+            str(binary),
+            "run",
+            "-checkpoint",
+            str(root),
+            "-framework",
+            "deepspeed",
+            "-attempt",
+            "A",
+            "--",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        env=env_for(tmp_path, HOME=str(tmp_path)),
+        timeout=120,
+    )
+    assert r.returncode == 0, r
+    published = r.stdout.splitlines()
+    assert len(published) == 1 and published[0].endswith(f", step 1, {saves}/global_step1)"), r.stdout
+    refused = [line for line in r.stderr.splitlines() if line.startswith(f"publish: {bad}: ")]
+    assert len(refused) == 1 and "an int of 2^61-1 or more as a dict key or set item" in refused[0], r.stderr

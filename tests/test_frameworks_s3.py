@@ -153,13 +153,3 @@ def test_hf_shard_index_on_s3(s3root: Root) -> None:
     s3root.put("exec/A/checkpoint-5/m-1.safetensors", b"w")
     w.scan(Deadline(30))
     assert s3root.steps() == [5]
-
-
-def test_deepspeed_latest_on_s3(s3root: Root) -> None:
-    s3root.put("exec/A/global_step10/mp_rank_00_model_states.pt", b"m")
-    w = s3root.watcher("deepspeed")
-    w.scan(Deadline(30))
-    assert s3root.out == []
-    s3root.put("exec/A/latest", b"global_step10")
-    w.scan(Deadline(30))
-    assert s3root.steps() == [10]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import io
 import struct
 import zipfile
+import zlib
 
 import pytest
 
-from publish.ziptail import tail_size, whole
+from publish.ziptail import directory, member, tail_size, whole
 from tests.conftest import need
 
 
@@ -113,3 +114,73 @@ def test_a_member_offset_inside_the_directory_is_not_whole() -> None:
     cd = data.find(b"PK\x01\x02")
     struct.pack_into("<I", data, cd + 42, cd)
     assert not _is_whole(bytes(data))
+
+
+def test_the_directory_lists_each_member_and_each_member_reads_as_zipfile_reads_it() -> None:
+    """What the DeepSpeed rule reads data.pkl through: the entries, then one member by its local header."""
+    members = {
+        "archive/data.pkl": b"\x80\x02}q\x00.",
+        "archive/data/0": bytes(range(256)) * 3,
+        "archive/version": b"3\n",
+    }
+    data = _zip(members)
+    found = directory(len(data), _reader(data))
+    assert found is not None
+    entries, end = found
+    assert end == data.rfind(b"PK\x05\x06") - sum(
+        46 + len(name) for name in members
+    )  # the central directory: one 46-byte record and the name per member
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        assert [(e[0].decode(), e[1], e[2], e[3], e[4], e[5]) for e in entries] == [
+            (i.filename, i.compress_type, i.CRC, i.compress_size, i.file_size, i.header_offset)
+            for i in z.infolist()
+        ]
+    assert [member(e, end, _reader(data)) for e in entries] == list(members.values())
+    assert directory(len(data) - 1, _reader(data[:-1])) is None
+
+
+def test_a_member_whose_local_header_disagrees_is_not_read() -> None:
+    data = _zip({"a/data.pkl": b"x" * 40, "a/b": b"y" * 40})
+    (entries, end) = directory(len(data), _reader(data)) or ([], 0)
+    name, method, crc, packed, size, local = entries[0]
+    renamed = bytearray(data)
+    renamed[local + 30 : local + 30 + len(name)] = b"a/data.pkq"  # the local header names another member
+    assert member(entries[0], end, _reader(bytes(renamed))) is None
+    assert (
+        member((name, method, crc, packed, size, 0xFFFFFFFF), end, _reader(data)) is None
+    )  # no header there
+    assert (
+        member((name, method, crc, end, size, local), end, _reader(data)) is None
+    )  # runs into the directory
+
+
+def _zip64_member(body: bytes) -> bytes:
+    """One stored member whose central directory record gives its sizes and offset in a zip64 extra field
+    (as a writer does for members past 4 GiB), then the zip64 end records torch writes and the end record."""
+    name = b"archive/data.pkl"
+    crc = zlib.crc32(body)
+    local = struct.pack(
+        "<4sHHHHHIIIHH", b"PK\x03\x04", 45, 0, 0, 0, 0, crc, len(body), len(body), len(name), 0
+    )
+    extra = struct.pack("<HHQQQ", 1, 24, len(body), len(body), 0)
+    # signature, versions, flags, method, time, date, CRC, sizes (in the extra field), name, extra and
+    # comment lengths, disk, attributes, local header offset (in the extra field)
+    head = (b"PK\x01\x02", 45, 45, 0, 0, 0, 0, crc, 0xFFFFFFFF, 0xFFFFFFFF, len(name), len(extra), 0, 0, 0, 0)
+    central = struct.pack("<4sHHHHHHIIIHHHHHII", *head, 0xFFFFFFFF) + name + extra
+    cd_offset = len(local) + len(name) + len(body)
+    eocd64 = struct.pack("<4sQHHIIQQQQ", b"PK\x06\x06", 44, 45, 45, 0, 0, 1, 1, len(central), cd_offset)
+    locator = struct.pack("<4sIQI", b"PK\x06\x07", 0, cd_offset + len(central), 1)
+    eocd = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 1, 1, len(central), cd_offset, 0)
+    return local + name + body + central + eocd64 + locator + eocd
+
+
+def test_a_zip64_extra_field_gives_the_sizes_and_the_offset() -> None:
+    body = b"\x80\x02K\x01."
+    data = _zip64_member(body)
+    with zipfile.ZipFile(io.BytesIO(data)) as z:  # the reference reader agrees it is well formed
+        assert z.read("archive/data.pkl") == body
+    found = directory(len(data), _reader(data))
+    assert found is not None
+    (entry,), end = found
+    assert entry[3:] == (len(body), len(body), 0)
+    assert member(entry, end, _reader(data)) == body

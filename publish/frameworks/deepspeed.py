@@ -1,11 +1,18 @@
-"""DeepSpeed: ``global_step<step>/`` folders, whole when the ``latest`` file beside them names the folder.
+"""DeepSpeed: ``global_step<step>/`` folders, whole once ``latest`` beside them names that step or a later one
+and every file the save must hold is there, each a whole torch archive.
 
-``DeepSpeedEngine.save_checkpoint`` (deepspeed/runtime/engine.py, 0.19: ``save_checkpoint``) has every rank
-write its files into ``<save_dir>/<tag>/`` (``_save_checkpoint``, ``_save_zero_checkpoint``), then rank 0
-writes the tag into ``<save_dir>/latest`` (``open(..., 'w')``, no rename), then all ranks meet at a barrier.
-So a folder is taken as whole when ``latest`` names it at the time of a scan, and a folder that ``latest``
-never named while watch looked is never published.  Rank 0 writes ``latest`` before that last barrier:
-with several ranks, another rank may still be finishing its own files of the same tag for a moment.
+``DeepSpeedEngine.save_checkpoint`` (deepspeed/runtime/engine.py, 0.19) has the data-parallel rank 0 of each
+model-parallel rank write ``mp_rank_<mp:02d>_model_states.pt`` (``_save_checkpoint``), then every rank write
+its optimizer shard ``zero_pp_rank_<dp>_mp_rank_<mp:02d>_optim_states.pt`` (``_save_zero_checkpoint``;
+``bf16_zero_pp_rank_...`` under bf16), then rank 0 writes the tag into ``<save_dir>/latest``
+(``open(..., 'w')``, no rename), then all ranks meet at a barrier.  Under ZeRO stage 3 every rank also
+writes ``zero_pp_rank_<dp>_mp_rank_<mp:02d>_model_states.pt`` instead of ``mp_rank_...``.  Nothing waits for
+the other ranks before ``latest`` is written: a slow rank may still be writing its shard, and an uploader
+copying the folder to S3 in parallel lands the files in any order.  So ``latest`` only says the save was
+begun and rank 0's part is done; the model-states file says how many ranks wrote (``dp_world_size``,
+``mp_world_size``) and whether the optimizer is sharded (publish.deepspeed_states), and the save is whole when
+every one of those files is a whole zip archive.  ``latest`` naming a later step counts: a save written
+between two scans is published too.
 """
 
 from __future__ import annotations
@@ -31,13 +38,73 @@ def step_of(name: str) -> str:
     return digits if name.startswith(PREFIX) and layout.digits(digits) else ""
 
 
-def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
-    saves, _, folder = path.rpartition("/")
+def model_states(mp: int, dp: int | None = None) -> str:
+    """The model-states file of model-parallel rank ``mp`` (and, under ZeRO stage 3, data-parallel rank
+    ``dp``): ``_get_ckpt_name``."""
+    name = f"mp_rank_{mp:02d}_model_states.pt"
+    return name if dp is None else f"zero_pp_rank_{dp}_{name}"
+
+
+def optim_states(dp: int, mp: int, bf16: bool) -> str:
+    """The optimizer shard of ranks ``dp``, ``mp``: ``_get_rank_zero_ckpt_name``."""
+    return f"{'bf16_' if bf16 else ''}zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states.pt"
+
+
+def _latest_step(dl: Deadline, store: Store, saves: str) -> int | None:
+    """The step of the tag ``latest`` holds, or None (absent, empty while rank 0 rewrites it, not a
+    ``global_step<N>`` tag)."""
     data = store.read(dl, f"{saves}/{LATEST}" if saves else LATEST, LATEST_LIMIT)
     if data is None:
-        return False
+        return None
     try:
         tag = data.decode("utf-8").strip()
     except UnicodeDecodeError:
+        return None
+    digits = step_of(tag)
+    return int(digits) if digits else None
+
+
+def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
+    from publish import deepspeed_states, ziptail
+    from publish.errors import Failure, StoreError
+    from publish.redact import shown
+
+    saves = path.rpartition("/")[0]
+    latest = _latest_step(dl, store, saves)
+    if latest is None or latest < step:
         return False
-    return tag == folder
+    sizes = store.sizes(dl, path)
+    stage3 = model_states(0) not in sizes
+    first = model_states(0, 0 if stage3 else None)
+    if first not in sizes:
+        return False
+
+    def reader(name: str) -> Callable[[int, int], bytes]:
+        def read(offset: int, length: int) -> bytes:
+            return store.read_range(dl, f"{path}/{name}", offset, length) or b""
+
+        return read
+
+    try:
+        states = deepspeed_states.read(
+            sizes[first], reader(first), shown(store.location(f"{path}/{first}")), dl
+        )
+    except deepspeed_states.Incomplete:
+        return False
+    except StoreError:
+        raise  # the store failing is no fault of the file
+    except Failure as e:
+        note(f"{e}: the save is not published (publish it with `publish publish` once you know it is whole)")
+        return False
+    count = states.mp * (states.dp if stage3 else 1) + (states.dp * states.mp if states.sharded else 0)
+    if count > len(sizes):  # up to 2^40 names a file could ask for: counted before any is made
+        return False
+    needed: list[str] = []
+    for mp in range(states.mp):
+        needed += [model_states(mp, dp) for dp in range(states.dp)] if stage3 else [model_states(mp)]
+    if states.sharded:
+        bf16 = optim_states(0, 0, True) in sizes
+        needed += [optim_states(dp, mp, bf16) for mp in range(states.mp) for dp in range(states.dp)]
+    if any(name not in sizes for name in needed):
+        return False
+    return all(name == first or ziptail.whole(sizes[name], reader(name)) for name in needed)
