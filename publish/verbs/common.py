@@ -12,7 +12,7 @@ from publish import layout, redact, roots, stores
 from publish.deadline import Deadline
 from publish.errors import UsageError
 from publish.flags import FlagSet
-from publish.gocompat import PARSE_ERROR, go_quote, parse_decimal
+from publish.gocompat import PARSE_ERROR, ParseError, go_quote, parse_decimal
 from publish.redact import quoted, shown
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, Callable
 
-    from publish.flags import Flag
+    from publish.flags import Flag, FlagError
     from publish.frameworks import Framework
     from publish.verbs import Say
     from publish.verbs.metrics import Metrics
@@ -142,6 +142,21 @@ class Command:
         return Deadline.until(max(call.started + timeout, time.monotonic() + 0.001), timeout)
 
 
+def usage_error(e: FlagError) -> UsageError:
+    """The command's usage error for what the flags refused: Go's words, each value from the command line
+    shown with its URL password hidden (``redact.echo``)."""
+    return UsageError(e.message(redact.echo, _why))
+
+
+def _why(why: str, text: str) -> str:
+    """Why a flag's value was refused, its password hidden when the value is a URL that holds one (a
+    duration's error echoes the value)."""
+    found: list[str] = []
+    masked = redact.url(text, found)
+    why = why.replace(text, masked) if masked != text else why
+    return PARSE_ERROR if any(p and p in why for p in found) else why
+
+
 def expect_args(call: Call, names: list[str], optional: int = 0) -> None:
     """Exactly the positional arguments ``names`` (the last ``optional`` of them may be left out)."""
     need = len(names) - optional
@@ -177,12 +192,12 @@ def decimal(what: str) -> Callable[[str], int]:
 
     def parse(text: str) -> int:
         if text[:1] == "-":  # no sign: "-1" is malformed, not too small
-            raise ValueError(PARSE_ERROR)
+            raise ParseError()
         try:
             return parse_decimal(text, below=layout.LIMIT)
-        except ValueError as e:
-            if str(e) == PARSE_ERROR:
-                raise
+        except ParseError:
+            raise
+        except ValueError:
             raise ValueError(f"{what} must be below 10^20") from None
 
     return parse
