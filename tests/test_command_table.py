@@ -46,3 +46,29 @@ def test_a_posix_resolve_imports_nothing_of_the_network(tmp_path: Path) -> None:
         [sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert (r.stdout, r.stderr) == ("0 []\n", "")
+
+
+def test_the_framework_names_are_spelled_out_only_in_the_framework_table() -> None:
+    """Usage lines and messages about frameworks are made from publish.frameworks.FRAMEWORKS: no string in
+    the package outside it names two frameworks."""
+    import ast
+
+    from publish.frameworks import CHOICES, FRAMEWORKS, LISTED
+
+    table = REPO / "publish" / "frameworks" / "__init__.py"
+    spelled = []
+    for path in sorted((REPO / "publish").rglob("*.py")):
+        if path == table:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                words = node.value.replace("|", " ").replace(",", " ").split()
+                if sum(1 for name in FRAMEWORKS if name in words) >= 2:
+                    spelled.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert spelled == []
+    assert "|".join(FRAMEWORKS) == CHOICES
+    assert ", ".join(list(FRAMEWORKS)[:-1]) + " or deepspeed" == LISTED
+    for verb in ("watch", "run", "status"):
+        usage = cli.command(verb).usage()
+        assert f"-framework {CHOICES} " in usage or verb == "status"
+        assert usage.count(LISTED) == 1

@@ -75,6 +75,11 @@ FRAMEWORKS = {
     "deepspeed": Framework("deepspeed", deepspeed),
 }
 
+#: The names as a synopsis shows the choice (``hf|dcp|...``) and as a sentence lists them (``hf, dcp, ... or
+#: deepspeed``): every usage line and message about frameworks is made from the table.
+CHOICES = "|".join(FRAMEWORKS)
+LISTED = " or ".join([", ".join(list(FRAMEWORKS)[:-1]), list(FRAMEWORKS)[-1]])
+
 
 def snapshot_id(name: str) -> str:
     """The uuid of a snapshot directory name, or ``""`` (the library's own rule)."""

@@ -254,9 +254,9 @@ class SavesCommand(Command):
     def __init__(self) -> None:
         super().__init__()
         fs = self.fs
-        self.framework = framework_flag(
-            fs, "which saves to publish: hf, dcp, snapshot, lightning or deepspeed"
-        )
+        from publish.frameworks import LISTED  # here: a verb without -framework imports none of them
+
+        self.framework = framework_flag(fs, f"which saves to publish: {LISTED}")
         self.interval = fs.duration("interval", 10.0, "time between scans")
         self.world_size = fs.custom(
             "world-size",
@@ -298,9 +298,10 @@ class SavesCommand(Command):
 
     def chosen(self) -> Framework:
         """The -framework given; it is required."""
+        from publish.frameworks import FRAMEWORKS, LISTED
+
         if self.framework.value is None:
-            raise UsageError("-framework is required: hf, dcp, snapshot, lightning or deepspeed")
-        from publish.frameworks import FRAMEWORKS
+            raise UsageError(f"-framework is required: {LISTED}")
 
         return FRAMEWORKS[self.framework.value]
 

@@ -15,7 +15,7 @@ import time
 
 from publish.deadline import Deadline
 from publish.errors import Failure, PublishError, UsageError
-from publish.frameworks import Framework
+from publish.frameworks import CHOICES, Framework
 from publish.gocompat import parse_decimal
 from publish.layout import EXEC
 from publish.redact import shown
@@ -345,7 +345,7 @@ def _prune_and_requeue(
 class Run(common.SavesCommand):
     name = "run"
     synopsis = (
-        f"publish run {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-metrics FILE] [-world-size N] "
+        f"publish run {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
         "[-keep N [-keep-every K] [-keep-within D]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]"
     )
     summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"
