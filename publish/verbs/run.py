@@ -182,7 +182,7 @@ def run(
 ) -> int:
     """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish."""
     if requeue and (batch is None or not batch.job):
-        raise UsageError("-requeue needs a Slurm job (SLURM_JOB_ID is not set)")
+        raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
     saves = f"{EXEC}/{attempt}"
     found: list[str] = []
     resolve(dl, store, Say(found.append, say.warn))
