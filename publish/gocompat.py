@@ -1,7 +1,7 @@
 """Go's conventions that the command follows, in one place.
 
-``parse_go_bool`` is ``strconv.ParseBool``; ``parse_duration_ns`` and ``parse_duration`` are
-``time.ParseDuration`` (nanoseconds, seconds); ``format_duration`` is ``Duration.String``; ``go_quote`` is
+``parse_go_bool`` is ``strconv.ParseBool``; ``parse_duration_ns`` is ``time.ParseDuration`` (in
+nanoseconds); ``format_duration`` is ``Duration.String``; ``go_quote`` is
 ``%q`` (``strconv.Quote``); ``parse_decimal`` reads the plain decimal integers of ``-keep``, ``-epoch``,
 ``STEP`` and the variables that carry them. Everything here is pure: no I/O, no imports beyond the language.
 
@@ -20,7 +20,6 @@ __all__ = [
     "format_duration_ns",
     "go_quote",
     "parse_decimal",
-    "parse_duration",
     "parse_duration_ns",
     "parse_go_bool",
 ]
@@ -172,11 +171,6 @@ def parse_duration_ns(text: str) -> int:
     if d > _MAX_U63 - 1:
         raise ValueError(invalid)
     return d
-
-
-def parse_duration(text: str) -> float:
-    """Parse ``text`` as Go's ``time.ParseDuration``; return seconds. Zero and negative values parse."""
-    return parse_duration_ns(text) / _SECOND
 
 
 def _fmt_frac(v: int, prec: int) -> tuple[str, int]:

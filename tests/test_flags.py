@@ -19,10 +19,15 @@ from publish.gocompat import (
     format_duration_ns,
     go_quote,
     parse_decimal,
-    parse_duration,
     parse_duration_ns,
     parse_go_bool,
 )
+
+
+def parse_duration(text: str) -> float:
+    """Go's time.ParseDuration in seconds."""
+    return parse_duration_ns(text) / 1_000_000_000
+
 
 NS = 1
 US = 1000

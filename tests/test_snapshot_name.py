@@ -26,7 +26,7 @@ NAMES = [
 @pytest.mark.parametrize("name", NAMES)
 def test_library_and_framework_agree(name: str) -> None:
     by_library = snapshots.SNAPSHOT_DIR.fullmatch(name) is not None
-    assert by_library == (framework.snapshot_id(name) != "") == (snapshot_name.parse(name) is not None)
+    assert by_library == (framework.step_of(name) != "") == (snapshot_name.parse(name) is not None)
 
 
 def test_a_step_in_other_scripts_digits_is_not_a_snapshot() -> None:

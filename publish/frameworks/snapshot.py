@@ -14,12 +14,6 @@ if TYPE_CHECKING:
 KIND = "folders"
 
 
-def snapshot_id(name: str) -> str:
-    """The uuid of a snapshot directory name ``step_<12 digits>_<32 lowercase hex>``, or ``""``."""
-    parsed = snapshot_name.parse(name)
-    return parsed[1] if parsed else ""
-
-
 def step_of(name: str) -> str:
     parsed = snapshot_name.parse(name)
     return parsed[0] if parsed else ""
