@@ -8,21 +8,11 @@ imports nothing of the command, so a caller decides how an error is shown (the c
 password in the values it echoes, and exits 2).
 
 The value parsers it shares with the rest of the command (``strconv.ParseBool``, ``time.ParseDuration``,
-``%q``, plain decimals) live in ``publish.gocompat``.
+``%q``, plain decimals) live in ``publish.gocompat``, imported where a value is parsed or a usage shown:
+a command line of string flags alone needs none of them.
 """
 
 from __future__ import annotations
-
-from publish.gocompat import (
-    PARSE_ERROR,
-    ParseError,
-    RangeError,
-    format_duration,
-    go_quote,
-    parse_decimal,
-    parse_duration_ns,
-    parse_go_bool,
-)
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
@@ -43,6 +33,15 @@ else:  # Flag[str] in an annotation, without importing typing at run time
     T = None
 
 __all__ = ["Flag", "FlagError", "FlagSet", "HelpRequested"]
+
+
+_LATER = object()  #: a Flag's shown default that the usage works out when it is printed (Go's rules)
+
+
+def _parse_bool(text: str) -> bool:
+    from publish.gocompat import parse_go_bool
+
+    return parse_go_bool(text)
 
 
 class HelpRequested(Exception):
@@ -78,6 +77,8 @@ class FlagError(Exception):
         shown: Callable[[str], str] = _same,
         why: Callable[[str, str], str] = _same_why,
     ) -> str:
+        from publish.gocompat import PARSE_ERROR, go_quote
+
         form, arg, flag = self.form, self.arg, self.flag
         if form == self.SYNTAX:
             return f"bad flag syntax: {shown(arg)}"
@@ -97,7 +98,7 @@ class Flag(_Generic[T]):
     """One defined flag, as Go's ``fs.String()`` returns a pointer: ``value`` (the default until parsed) and
     ``is_set`` (given on the command line, even with its default value)."""
 
-    __slots__ = ("name", "usage", "kind", "default", "value", "parse", "metavar", "shown_default", "is_set")
+    __slots__ = ("name", "usage", "kind", "default", "value", "parse", "metavar", "_shown", "is_set")
 
     def __init__(
         self,
@@ -107,7 +108,7 @@ class Flag(_Generic[T]):
         default: T,
         parse: Callable[[str], T],
         metavar: str,
-        shown_default: str | None,
+        shown_default: str | None | object,
     ) -> None:
         self.name = name
         self.usage = usage
@@ -116,8 +117,20 @@ class Flag(_Generic[T]):
         self.value = default
         self.parse = parse
         self.metavar = metavar
-        self.shown_default = shown_default
+        self._shown = shown_default
         self.is_set = False
+
+    @property
+    def shown_default(self) -> str | None:
+        """The default as the usage shows it, or None: not shown (Go leaves out a zero value)."""
+        if self._shown is not _LATER:
+            return self._shown  # type: ignore[return-value]
+        from publish.gocompat import format_duration, go_quote  # only when a usage is printed
+
+        if self.kind == "string":
+            return None if self.default == "" else go_quote(str(self.default))
+        text = format_duration(self.default)  # type: ignore[arg-type]  # a duration's: float seconds
+        return None if text == "0s" else text
 
 
 class FlagSet:
@@ -139,17 +152,18 @@ class FlagSet:
         return flag
 
     def string(self, name: str, default: str, usage: str) -> Flag[str]:
-        shown = None if default == "" else go_quote(default)
-        return self._define(Flag(name, usage, "string", default, str, "string", shown))
+        return self._define(Flag(name, usage, "string", default, str, "string", _LATER))
 
     def boolean(self, name: str, default: bool, usage: str) -> Flag[bool]:
         shown = "true" if default else None
-        return self._define(Flag(name, usage, "bool", default, parse_go_bool, "", shown))
+        return self._define(Flag(name, usage, "bool", default, _parse_bool, "", shown))
 
     def duration(self, name: str, default: float, usage: str) -> Flag[float]:
         """A Go duration, held in seconds (``value`` is a float); a given value must be > 0."""
 
         def parse(text: str) -> float:
+            from publish.gocompat import ParseError, parse_duration_ns
+
             try:
                 ns = parse_duration_ns(text)
             except ValueError:
@@ -158,9 +172,7 @@ class FlagSet:
                 raise ValueError("must be positive")
             return ns / 1_000_000_000  # int / int: correctly rounded, as before
 
-        shown_text = format_duration(default)
-        shown = None if shown_text == "0s" else shown_text
-        return self._define(Flag(name, usage, "duration", float(default), parse, "duration", shown))
+        return self._define(Flag(name, usage, "duration", float(default), parse, "duration", _LATER))
 
     def integer(
         self,
@@ -178,6 +190,8 @@ class FlagSet:
         whatever the bounds say."""
 
         def parse(text: str) -> int:
+            from publish.gocompat import ParseError, RangeError, parse_decimal
+
             if int64:
                 try:
                     parse_decimal(text, minimum=-(1 << 63), below=1 << 63)
@@ -239,7 +253,7 @@ class FlagSet:
             if flag.kind == "bool":
                 if has_value:
                     try:
-                        flag.value = parse_go_bool(text)
+                        flag.value = _parse_bool(text)
                     except ValueError:
                         raise FlagError(FlagError.BAD_BOOL, text, name) from None
                 else:

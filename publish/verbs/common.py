@@ -12,7 +12,6 @@ from publish import layout, redact, roots, stores
 from publish.deadline import Deadline
 from publish.errors import UsageError
 from publish.flags import FlagSet
-from publish.gocompat import PARSE_ERROR, ParseError, go_quote, parse_decimal
 from publish.redact import quoted, shown
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
@@ -111,6 +110,7 @@ class Command:
         if not self.creds.is_set:
             raise UsageError(f"-creds is required for the s3:// root {shown(root.text)}")
         if self.proxy.is_set:
+            from publish.gocompat import go_quote
             from publish.urls import parse_proxy
 
             value = self.proxy.value
@@ -151,6 +151,8 @@ def usage_error(e: FlagError) -> UsageError:
 def _why(why: str, text: str) -> str:
     """Why a flag's value was refused, its password hidden when the value is a URL that holds one (a
     duration's error echoes the value)."""
+    from publish.gocompat import PARSE_ERROR
+
     found: list[str] = []
     masked = redact.url(text, found)
     why = why.replace(text, masked) if masked != text else why
@@ -191,6 +193,8 @@ def decimal(what: str) -> Callable[[str], int]:
     """A parser for a plain decimal in [0, 10^20): epochs and steps."""
 
     def parse(text: str) -> int:
+        from publish.gocompat import ParseError, parse_decimal
+
         if text[:1] == "-":  # no sign: "-1" is malformed, not too small
             raise ParseError()
         try:
@@ -223,6 +227,8 @@ def epoch(flag: Flag[int | None], env: Mapping[str, str]) -> int:
     try:
         return decimal("epoch")(text)
     except ValueError as e:
+        from publish.gocompat import go_quote
+
         raise UsageError(f"invalid value {go_quote(text)} for DISPATCH_EPOCH: {e}") from None
 
 
@@ -244,6 +250,14 @@ def framework_flag(fs: FlagSet, usage: str) -> Flag[str | None]:
     return fs.custom("framework", None, usage, _framework, "name")
 
 
+def _world_size(text: str) -> int:
+    from publish.gocompat import (
+        parse_decimal,  # here: a command line without numbers needs none of Go's rules
+    )
+
+    return parse_decimal(text, minimum=1, below=1 << 31)
+
+
 class SavesCommand(Command):
     """watch and run: the saves of one framework, scanned every -interval until SIGTERM or SIGINT."""
 
@@ -262,7 +276,7 @@ class SavesCommand(Command):
             "world-size",
             None,
             "the ranks that write each save (env WORLD_SIZE): hf waits for every rank's rng_state_<rank>.pth",
-            lambda t: parse_decimal(t, minimum=1, below=1 << 31),
+            _world_size,
             "N",
         )
         self.metrics = fs.string(
@@ -281,8 +295,10 @@ class SavesCommand(Command):
         if not text:
             return 0
         try:
-            return parse_decimal(text, minimum=1, below=1 << 31)
+            return _world_size(text)
         except ValueError as e:
+            from publish.gocompat import go_quote
+
             raise UsageError(f"invalid value {go_quote(text)} for WORLD_SIZE: {e}") from None
 
     def metrics_for(self, call: Call, root: roots.Root) -> Metrics | None:
