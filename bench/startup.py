@@ -1,6 +1,6 @@
 """Start-up cost of `publish`: wall time and peak RSS, per form, as a markdown table.
 
-    python bench/startup.py [-n RUNS] [--rounds R] [--against OTHER]
+    python bench/startup.py [-n RUNS] [--rounds R] [--against OTHER | --ratio]
 
 Forms: dist/publish (one file, warm: its unpacked copy already in the cache), the one file without a cache
 (PUBLISH_CACHE_DIR=off: it unpacks on every start), dist/publish-folder/bin/publish (folder), `python -m
@@ -12,6 +12,12 @@ of RUNS runs (default 30) after one warm-up run, so the page cache is warm. Run 
 Then the paired comparison the target is about (warm one file <= 1.2x the folder form's CPU): R rounds
 (default 15), each running the one file and the folder alternately 5 times per command; a round's ratio is
 the median CPU of the one file over the folder's; the median ratio over the rounds, and its range.
+
+Then the start-up target of issue 25 (a POSIX `resolve` at most 1.6x the bare interpreter): R rounds, each
+running a 10-entry POSIX `resolve` and the same interpreter's `-I -S -c pass` alternately 5 times; a round's
+ratio is the median CPU of the resolve over the bare start's. For the folder form (its interpreter, `-I -S`,
+is the baseline) and for the source form (this Python, `-I -S`, the checkout put on sys.path by `-c`).
+--ratio: that comparison alone.
 
 --against OTHER (another build's one file, e.g. a copy of dist/publish made before a change): the same paired
 comparison, warm, of dist/publish against OTHER, each with its own copy in the same cache; alone, without the
@@ -36,10 +42,10 @@ sys.path.insert(0, str(REPO))
 from publish import layout  # noqa: E402
 
 
-def make_root(base: Path) -> Path:
-    root = base / "ckpt"
+def make_root(base: Path, entries: int = 100) -> Path:
+    root = base / f"ckpt-{entries}"
     (root / "pub").mkdir(parents=True)
-    for step in range(100, 10_100, 100):
+    for step in range(100, 100 * entries + 100, 100):
         save = f"exec/1/checkpoint-{step}"
         (root / save).mkdir(parents=True)
         (root / "pub" / layout.name(0, step, save)).write_bytes(b"")
@@ -124,11 +130,50 @@ def against(one: Path, other: Path, commands: dict[str, list[str]], rounds: int,
     return 0
 
 
+def ratio_to_bare(folder: Path, root: Path, rounds: int, env: dict[str, str]) -> None:
+    """The paired CPU of a POSIX resolve (10 entries) over the same interpreter's bare `-I -S -c pass`."""
+    tree = folder / "libexec" / "publish"
+    frozen = [str(tree / "ld-publish.so.1"), "--inhibit-cache", "--library-path", str(tree / "_internal")]
+    source = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r}); sys.argv[0] = 'publish'; "
+        "from publish.cli import run; sys.exit(run())"
+    )
+    pairs = {
+        "folder form": (
+            [str(folder / "bin" / "publish"), "resolve", "-checkpoint", str(root)],
+            [*frozen, str(tree / "publish"), "-I", "-S", "-c", "pass"],
+        ),
+        "source, python -I -S": (
+            [sys.executable, "-I", "-S", "-c", source, "resolve", "-checkpoint", str(root)],
+            [sys.executable, "-I", "-S", "-c", "pass"],
+        ),
+    }
+    print(
+        f"paired, {rounds} rounds of 5 interleaved runs each: CPU of a 10-entry POSIX resolve / -I -S -c pass"
+    )
+    print()
+    print(
+        "| form | resolve CPU ms | -I -S -c pass CPU ms | ratio (median) | ratio range over rounds | target |"
+    )
+    print("| --- | ---: | ---: | ---: | --- | --- |")
+    for form, (cmd, bare) in pairs.items():
+        resolve_ms, bare_ms, ratios = paired(cmd, bare, rounds, env)
+        print(
+            f"| {form} | {resolve_ms:.1f} | {bare_ms:.1f} | {statistics.median(ratios):.2f}x"
+            f" | {min(ratios):.2f}x - {max(ratios):.2f}x | <= 1.6x |",
+            flush=True,
+        )
+    print()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=30, help="runs per cell (at least 20)")
     parser.add_argument("--rounds", type=int, default=15, help="rounds of the paired comparison (at least 5)")
     parser.add_argument("--against", type=Path, help="another build's one file: paired comparison only")
+    parser.add_argument(
+        "--ratio", action="store_true", help="only the 10-entry resolve against -I -S -c pass"
+    )
     args = parser.parse_args()
     runs = max(args.n, 20)
     one, folder = REPO / "dist" / "publish", REPO / "dist" / "publish-folder"
@@ -159,6 +204,9 @@ def main() -> int:
         }
         if args.against:
             return against(one, args.against.resolve(), commands, max(args.rounds, 5), env)
+        if args.ratio:
+            ratio_to_bare(folder, make_root(Path(tmp), 10), max(args.rounds, 5), env)
+            return 0
         print(f"{runs} runs a cell, medians; Python {sys.version.split()[0]}; {os.cpu_count()} CPUs")
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print()
@@ -188,6 +236,7 @@ def main() -> int:
                 flush=True,
             )
         print()
+        ratio_to_bare(folder, make_root(Path(tmp), 10), max(args.rounds, 5), env)
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     size = one.stat().st_size
     tree = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())

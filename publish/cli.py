@@ -7,11 +7,11 @@ import sys
 
 from publish import __version__
 from publish.errors import PublishError, UsageError
-from publish.flags import HelpRequested
+from publish.flags import FlagError, HelpRequested
 from publish.redact import echo, quoted
 from publish.redact import line as one_line
 from publish.verbs import Say
-from publish.verbs.common import Call
+from publish.verbs.common import Call, usage_error
 
 TYPE_CHECKING = (
     False  # typing and threading cost start-up time; mypy reads this block, the interpreter skips it
@@ -108,8 +108,8 @@ def main(
     except HelpRequested:
         stderr.write(cmd.usage())
         return 0
-    except UsageError as e:
-        warn(str(e))
+    except FlagError as e:
+        warn(str(usage_error(e)))
         stderr.write(cmd.usage())
         return 2
     given = argv[1:]

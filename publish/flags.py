@@ -3,25 +3,16 @@
 One ``FlagSet`` per verb. ``-name value``, ``-name=value``, ``--name`` and ``--name=value`` are the same;
 a boolean flag never takes the next argument (``-probe=false`` sets it false); parsing stops at the first
 argument that is not a flag (a lone ``-`` included) or after ``--``, which is consumed; a flag given twice
-keeps the last value; names are never abbreviated. Errors are ``UsageError`` with Go's text.
+keeps the last value; names are never abbreviated. Errors are ``FlagError`` with Go's text; this module
+imports nothing of the command, so a caller decides how an error is shown (the command's cli hides a URL's
+password in the values it echoes, and exits 2).
 
 The value parsers it shares with the rest of the command (``strconv.ParseBool``, ``time.ParseDuration``,
-``%q``, plain decimals) live in ``publish.gocompat``.
+``%q``, plain decimals) live in ``publish.gocompat``, imported where a value is parsed or a usage shown:
+a command line of string flags alone needs none of them.
 """
 
 from __future__ import annotations
-
-from publish.errors import UsageError
-from publish.gocompat import (
-    OUT_OF_RANGE,
-    PARSE_ERROR,
-    format_duration,
-    go_quote,
-    parse_decimal,
-    parse_duration_ns,
-    parse_go_bool,
-)
-from publish.redact import echo, url
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
@@ -41,22 +32,73 @@ else:  # Flag[str] in an annotation, without importing typing at run time
 
     T = None
 
-__all__ = ["Flag", "FlagSet", "HelpRequested"]
+__all__ = ["Flag", "FlagError", "FlagSet", "HelpRequested"]
 
-# The `why` Go's flag package gives for any value its own types cannot parse.
-_PARSE_ERROR = PARSE_ERROR
-_OUT_OF_RANGE = OUT_OF_RANGE
+
+_LATER = object()  #: a Flag's shown default that the usage works out when it is printed (Go's rules)
+
+
+def _parse_bool(text: str) -> bool:
+    from publish.gocompat import parse_go_bool
+
+    return parse_go_bool(text)
 
 
 class HelpRequested(Exception):
     """-h, -help or --help given (and not defined as a flag): print usage, exit 0."""
 
 
+def _same(text: str) -> str:
+    return text
+
+
+def _same_why(why: str, text: str) -> str:
+    return why
+
+
+class FlagError(Exception):
+    """A command line the flags refuse (Go's usage error).  ``str()`` is Go's message; ``message(shown,
+    why)`` is the same message with each value taken from the command line passed through ``shown`` first,
+    and the reason a value was refused through ``why(reason, value)``: how the caller hides what a value
+    may hold (a URL's password)."""
+
+    #: ``form``: which message, with ``arg`` (the argument, flag name or value at fault), ``flag`` and ``why``
+    SYNTAX, UNDEFINED, NEEDS_VALUE, BAD_BOOL, BAD_VALUE = "syntax", "undefined", "needs", "bool", "value"
+
+    def __init__(self, form: str, arg: str, flag: str = "", why: str = "") -> None:
+        super().__init__(form, arg, flag, why)
+        self.form = form
+        self.arg = arg
+        self.flag = flag
+        self.why = why
+
+    def message(
+        self,
+        shown: Callable[[str], str] = _same,
+        why: Callable[[str, str], str] = _same_why,
+    ) -> str:
+        from publish.gocompat import PARSE_ERROR, go_quote
+
+        form, arg, flag = self.form, self.arg, self.flag
+        if form == self.SYNTAX:
+            return f"bad flag syntax: {shown(arg)}"
+        if form == self.UNDEFINED:
+            return f"flag provided but not defined: -{shown(arg)}"
+        if form == self.NEEDS_VALUE:
+            return f"flag needs an argument: -{flag}"
+        if form == self.BAD_BOOL:
+            return f"invalid boolean value {go_quote(shown(arg))} for -{flag}: {PARSE_ERROR}"
+        return f"invalid value {go_quote(shown(arg))} for flag -{flag}: {why(self.why, arg)}"
+
+    def __str__(self) -> str:
+        return self.message()
+
+
 class Flag(_Generic[T]):
     """One defined flag, as Go's ``fs.String()`` returns a pointer: ``value`` (the default until parsed) and
     ``is_set`` (given on the command line, even with its default value)."""
 
-    __slots__ = ("name", "usage", "kind", "default", "value", "parse", "metavar", "shown_default", "is_set")
+    __slots__ = ("name", "usage", "kind", "default", "value", "parse", "metavar", "_shown", "is_set")
 
     def __init__(
         self,
@@ -66,7 +108,7 @@ class Flag(_Generic[T]):
         default: T,
         parse: Callable[[str], T],
         metavar: str,
-        shown_default: str | None,
+        shown_default: str | None | object,
     ) -> None:
         self.name = name
         self.usage = usage
@@ -75,8 +117,20 @@ class Flag(_Generic[T]):
         self.value = default
         self.parse = parse
         self.metavar = metavar
-        self.shown_default = shown_default
+        self._shown = shown_default
         self.is_set = False
+
+    @property
+    def shown_default(self) -> str | None:
+        """The default as the usage shows it, or None: not shown (Go leaves out a zero value)."""
+        if self._shown is not _LATER:
+            return self._shown  # type: ignore[return-value]
+        from publish.gocompat import format_duration, go_quote  # only when a usage is printed
+
+        if self.kind == "string":
+            return None if self.default == "" else go_quote(str(self.default))
+        text = format_duration(self.default)  # type: ignore[arg-type]  # a duration's: float seconds
+        return None if text == "0s" else text
 
 
 class FlagSet:
@@ -98,28 +152,27 @@ class FlagSet:
         return flag
 
     def string(self, name: str, default: str, usage: str) -> Flag[str]:
-        shown = None if default == "" else go_quote(default)
-        return self._define(Flag(name, usage, "string", default, str, "string", shown))
+        return self._define(Flag(name, usage, "string", default, str, "string", _LATER))
 
     def boolean(self, name: str, default: bool, usage: str) -> Flag[bool]:
         shown = "true" if default else None
-        return self._define(Flag(name, usage, "bool", default, parse_go_bool, "", shown))
+        return self._define(Flag(name, usage, "bool", default, _parse_bool, "", shown))
 
     def duration(self, name: str, default: float, usage: str) -> Flag[float]:
         """A Go duration, held in seconds (``value`` is a float); a given value must be > 0."""
 
         def parse(text: str) -> float:
+            from publish.gocompat import ParseError, parse_duration_ns
+
             try:
                 ns = parse_duration_ns(text)
             except ValueError:
-                raise ValueError(_PARSE_ERROR) from None
+                raise ParseError() from None
             if ns <= 0:
                 raise ValueError("must be positive")
             return ns / 1_000_000_000  # int / int: correctly rounded, as before
 
-        shown_text = format_duration(default)
-        shown = None if shown_text == "0s" else shown_text
-        return self._define(Flag(name, usage, "duration", float(default), parse, "duration", shown))
+        return self._define(Flag(name, usage, "duration", float(default), parse, "duration", _LATER))
 
     def integer(
         self,
@@ -137,11 +190,15 @@ class FlagSet:
         whatever the bounds say."""
 
         def parse(text: str) -> int:
+            from publish.gocompat import ParseError, RangeError, parse_decimal
+
             if int64:
                 try:
                     parse_decimal(text, minimum=-(1 << 63), below=1 << 63)
-                except ValueError as e:
-                    raise ValueError(_OUT_OF_RANGE if str(e) != _PARSE_ERROR else _PARSE_ERROR) from None
+                except ParseError:
+                    raise
+                except ValueError:
+                    raise RangeError() from None
             return parse_decimal(text, minimum=minimum, below=below)
 
         shown = None if default == 0 else str(default)
@@ -165,8 +222,8 @@ class FlagSet:
     # Parsing
 
     def parse(self, args: list[str]) -> list[str]:
-        """Parse flags; return the positional arguments that remain. Raises publish.errors.UsageError with
-        Go's message text (no 'publish: ' prefix, the cli adds it), or HelpRequested."""
+        """Parse flags; return the positional arguments that remain. Raises FlagError with Go's message text
+        (no 'publish: ' prefix, the cli adds it), or HelpRequested."""
         rest = list(args)
         at = 0  # rest[at:] is what is left: an index, not pop(0), so many flags cost linear time
         while at < len(rest):
@@ -181,7 +238,7 @@ class FlagSet:
                     break
             name = s[minuses:]
             if not name or name[0] in "-=":
-                raise UsageError(f"bad flag syntax: {echo(s)}")
+                raise FlagError(FlagError.SYNTAX, s)
             at += 1
             has_value = False
             text = ""
@@ -192,15 +249,13 @@ class FlagSet:
             if flag is None:
                 if name in ("help", "h"):
                     raise HelpRequested()
-                raise UsageError(f"flag provided but not defined: -{echo(name)}")
+                raise FlagError(FlagError.UNDEFINED, name)
             if flag.kind == "bool":
                 if has_value:
                     try:
-                        flag.value = parse_go_bool(text)
+                        flag.value = _parse_bool(text)
                     except ValueError:
-                        raise UsageError(
-                            f"invalid boolean value {go_quote(echo(text))} for -{name}: {_PARSE_ERROR}"
-                        ) from None
+                        raise FlagError(FlagError.BAD_BOOL, text, name) from None
                 else:
                     flag.value = True
             else:
@@ -208,13 +263,11 @@ class FlagSet:
                     text, has_value = rest[at], True
                     at += 1
                 if not has_value:
-                    raise UsageError(f"flag needs an argument: -{name}")
+                    raise FlagError(FlagError.NEEDS_VALUE, "", name)
                 try:
                     flag.value = flag.parse(text)
                 except ValueError as e:
-                    raise UsageError(
-                        f"invalid value {go_quote(echo(text))} for flag -{name}: {_why(e, text)}"
-                    ) from None
+                    raise FlagError(FlagError.BAD_VALUE, text, name, str(e)) from None
             flag.is_set = True
         return rest[at:]
 
@@ -248,15 +301,6 @@ class FlagSet:
                 line += f" (default {flag.shown_default})"
             lines.append(line + "\n")
         return "".join(lines)
-
-
-def _why(e: ValueError, text: str) -> str:
-    """Why a flag's value was refused, its password hidden when the value is a URL that holds one (a
-    duration's error echoes the value)."""
-    found: list[str] = []
-    masked = url(text, found)
-    why = str(e).replace(text, masked) if masked != text else str(e)
-    return _PARSE_ERROR if any(p and p in why for p in found) else why
 
 
 def _unquote_usage(flag: Flag[Any]) -> tuple[str, str]:

@@ -1,9 +1,12 @@
 """Go's conventions that the command follows, in one place.
 
-``parse_go_bool`` is ``strconv.ParseBool``; ``parse_duration_ns`` and ``parse_duration`` are
-``time.ParseDuration`` (nanoseconds, seconds); ``format_duration`` is ``Duration.String``; ``go_quote`` is
+``parse_go_bool`` is ``strconv.ParseBool``; ``parse_duration_ns`` is ``time.ParseDuration`` (in
+nanoseconds); ``format_duration`` is ``Duration.String``; ``go_quote`` is
 ``%q`` (``strconv.Quote``); ``parse_decimal`` reads the plain decimal integers of ``-keep``, ``-epoch``,
 ``STEP`` and the variables that carry them. Everything here is pure: no I/O, no imports beyond the language.
+
+A malformed number is a :class:`ParseError`, one out of range a :class:`RangeError` (Go's ``strconv.ErrSyntax``
+and ``strconv.ErrRange``): callers tell them apart by type, never by their words.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from __future__ import annotations
 __all__ = [
     "PARSE_ERROR",
     "OUT_OF_RANGE",
+    "ParseError",
+    "RangeError",
     "format_duration",
     "format_duration_ns",
     "go_quote",
     "parse_decimal",
-    "parse_duration",
     "parse_duration_ns",
     "parse_go_bool",
 ]
@@ -23,8 +27,21 @@ __all__ = [
 # The `why` Go's strconv gives for a malformed number, and for one out of range.
 PARSE_ERROR = "parse error"
 OUT_OF_RANGE = "value out of range"
-_PARSE_ERROR = PARSE_ERROR
-_OUT_OF_RANGE = OUT_OF_RANGE
+
+
+class ParseError(ValueError):
+    """A malformed number: Go's ``strconv.ErrSyntax``, whose words are ``parse error``."""
+
+    def __init__(self) -> None:
+        super().__init__(PARSE_ERROR)
+
+
+class RangeError(ValueError):
+    """A well-formed number outside what the type holds: Go's ``strconv.ErrRange`` (``value out of range``)."""
+
+    def __init__(self) -> None:
+        super().__init__(OUT_OF_RANGE)
+
 
 # --- Go's strconv.ParseBool
 
@@ -156,11 +173,6 @@ def parse_duration_ns(text: str) -> int:
     return d
 
 
-def parse_duration(text: str) -> float:
-    """Parse ``text`` as Go's ``time.ParseDuration``; return seconds. Zero and negative values parse."""
-    return parse_duration_ns(text) / _SECOND
-
-
 def _fmt_frac(v: int, prec: int) -> tuple[str, int]:
     digits = ""
     printing = False
@@ -281,11 +293,12 @@ def _decimal(text: str) -> bool:
 def parse_decimal(text: str, *, minimum: int | None = None, below: int | None = None) -> int:
     """A plain decimal integer (an optional ``-`` and ASCII digits; no ``+``, ``0x``, ``_`` or spaces).
 
-    ``ValueError`` says why: ``parse error`` (Go's word for a malformed number), ``must be at least N``,
-    ``must be below N``, or ``value out of range`` (longer than Python reads, with no bound to compare).
+    ``ValueError`` says why: :class:`ParseError` (``parse error``, Go's word for a malformed number),
+    ``must be at least N``, ``must be below N``, or :class:`RangeError` (``value out of range``: longer than
+    Python reads, with no bound to compare).
     """
     if not _decimal(text):
-        raise ValueError(_PARSE_ERROR)
+        raise ParseError()
     negative = text[0] == "-"
     digits = text.lstrip("-").lstrip("0") or "0"
     # Refuse, before int(), a number longer than any in range (and Python's digit limit).
@@ -296,7 +309,7 @@ def parse_decimal(text: str, *, minimum: int | None = None, below: int | None = 
     try:
         n = -int(digits) if negative else int(digits)
     except ValueError:
-        raise ValueError(_OUT_OF_RANGE) from None
+        raise RangeError() from None
     if minimum is not None and n < minimum:
         raise ValueError(f"must be at least {minimum}")
     if below is not None and n >= below:

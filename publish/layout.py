@@ -224,18 +224,8 @@ def latest_of(names: list[str], where: str) -> Entry | None:
     return parse(max(names))
 
 
-def latest(entries: list[Entry]) -> Entry | None:
-    """The entry with the greatest (epoch, step); ties go to the greatest name."""
-    return max(entries, key=Entry.key, default=None)
-
-
 def oldest_first(entries: list[Entry]) -> list[Entry]:
     return sorted(entries, key=Entry.key)
-
-
-def related(a: str, b: str) -> bool:
-    """True when folder ``a`` is ``b``, lies inside it, or holds it."""
-    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 # -- tombstones: tomb/<base32 of a folder's path>, the folders a prune is about to remove ----------------------
@@ -282,7 +272,7 @@ def _key(path: str) -> str:
 class Nest:
     """The paths of some entries, asking in O(log n) whether a folder is related to one of them.
 
-    A folder is related when one of the paths is that folder, lies inside it or holds it (:func:`related`)."""
+    A folder is related when one of the paths is that folder, lies inside it or holds it."""
 
     __slots__ = ("_keys", "_outer", "_left", "_right")
 

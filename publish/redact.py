@@ -17,8 +17,6 @@ one in the first place.
 
 from __future__ import annotations
 
-from publish.gocompat import go_quote
-
 REDACTED = "[redacted]"
 PASSWORD = "xxxxx"
 FRAGMENT = 8  #: the shortest piece of a secret that is never shown
@@ -277,13 +275,21 @@ def has_control(value: str) -> bool:
 
 def shown(value: str) -> str:
     """``value`` as it is, or Go's ``%q`` of it when it holds a control character (so it stays one line)."""
-    return go_quote(value) if has_control(value) else value
+    if not has_control(value):
+        return value
+    from publish.gocompat import go_quote  # here: a line without a control character needs none of Go's rules
+
+    return go_quote(value)
 
 
 def quoted(value: str) -> str:
     """Python's ``repr`` of ``value`` as messages have always shown it, or Go's ``%q`` when it holds a control
     character."""
-    return go_quote(value) if has_control(value) else repr(value)
+    if not has_control(value):
+        return repr(value)
+    from publish.gocompat import go_quote
+
+    return go_quote(value)
 
 
 def line(text: str) -> str:
@@ -291,5 +297,7 @@ def line(text: str) -> str:
     its values with ``shown`` holds none): that is escaped as ``%q`` escapes it (without the quotes), so the
     line stays one line.  Nothing else is changed: the answer is never altered."""
     if has_control(text):
+        from publish.gocompat import go_quote
+
         text = "".join(go_quote(c)[1:-1] if _is_control(c) else c for c in text)
     return text

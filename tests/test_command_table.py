@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from publish import cli, roots, stores
+from publish import cli, layout, roots, stores
 from publish.stores.posix import PosixStore
 from publish.verbs.common import Command
 
@@ -46,3 +47,83 @@ def test_a_posix_resolve_imports_nothing_of_the_network(tmp_path: Path) -> None:
         [sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert (r.stdout, r.stderr) == ("0 []\n", "")
+
+
+#: What a POSIX resolve that answers imports beyond the interpreter's own start (-I -S): the verb, its
+#: command line, the pure rules it applies and the POSIX store; no framework, no warnings or importlib, no
+#: typing, re or collections, and none of Go's value rules when no flag holds a number or a duration.
+POSIX_RESOLVE = {
+    "publish",
+    "publish.cli",
+    "publish.deadline",
+    "publish.errors",
+    "publish.flags",
+    "publish.layout",
+    "publish.redact",
+    "publish.roots",
+    "publish.verbs",
+    "publish.verbs.common",
+    "publish.verbs.resolve",
+    "publish.fsops",
+    "publish.fileio",
+    # the standard library: os and what it brings, and the C modules layout's bulk check runs in
+    "__future__",
+    "_collections_abc",
+    "_operator",
+    "_stat",
+    "errno",
+    "genericpath",
+    "itertools",
+    "os",
+    "os.path",
+    "posixpath",
+    "stat",
+}
+
+
+def test_a_posix_resolve_imports_only_what_it_uses(tmp_path: Path) -> None:
+    (tmp_path / "pub").mkdir()
+    (tmp_path / "exec" / "1" / "checkpoint-10").mkdir(parents=True)
+    (tmp_path / "pub" / layout.name(0, 10, "exec/1/checkpoint-10")).write_bytes(b"")
+    code = (
+        "import sys; start = set(sys.modules); from publish.cli import main; "
+        f"code = main(['resolve', '-checkpoint', {str(tmp_path)!r}], {{}}, sys.stdout, sys.stderr); "
+        "print(code, sorted(set(sys.modules) - start))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); {code}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out, _, listed = r.stdout.rpartition("\n0 ")
+    assert (out, r.stderr) == (str(tmp_path / "exec" / "1" / "checkpoint-10"), ""), r
+    imported = set(ast.literal_eval(listed))
+    store = {m for m in imported if m == "publish.stores" or m.startswith("publish.stores.")}
+    assert imported - store == POSIX_RESOLVE
+    # the POSIX store's own modules (being recomposed: their names may change, never their kind)
+    assert {m for m in store if m.split(".")[-1] not in ("stores", "base") and "posix" not in m} == set()
+
+
+def test_the_framework_names_are_spelled_out_only_in_the_framework_table() -> None:
+    """Usage lines and messages about frameworks are made from publish.frameworks.FRAMEWORKS: no string in
+    the package outside it names two frameworks."""
+    from publish.frameworks import CHOICES, FRAMEWORKS, LISTED
+
+    table = REPO / "publish" / "frameworks" / "__init__.py"
+    spelled = []
+    for path in sorted((REPO / "publish").rglob("*.py")):
+        if path == table:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                words = node.value.replace("|", " ").replace(",", " ").split()
+                if sum(1 for name in FRAMEWORKS if name in words) >= 2:
+                    spelled.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert spelled == []
+    assert "|".join(FRAMEWORKS) == CHOICES
+    assert ", ".join(list(FRAMEWORKS)[:-1]) + " or deepspeed" == LISTED
+    for verb in ("watch", "run", "status"):
+        usage = cli.command(verb).usage()
+        assert f"-framework {CHOICES} " in usage or verb == "status"
+        assert usage.count(LISTED) == 1

@@ -27,6 +27,7 @@ from publish import layout
 from publish.verbs.prune import plan
 from tests.conftest import spawn
 from tests.crash import Driver, run
+from tests.reference_plan import latest
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +55,7 @@ def check(root: Path) -> list[layout.Entry]:
         found.append(entry)
     code, out, err = run("resolve", "-checkpoint", str(root))
     assert code == 0, err
-    best = layout.latest(found)
+    best = latest(found)
     if best is None:
         assert out == ""
     else:

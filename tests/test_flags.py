@@ -11,16 +11,23 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from publish.errors import UsageError
-from publish.flags import FlagSet, HelpRequested
+from publish.flags import FlagError, FlagSet, HelpRequested
 from publish.gocompat import (
+    ParseError,
+    RangeError,
     format_duration,
     format_duration_ns,
     go_quote,
     parse_decimal,
-    parse_duration,
     parse_duration_ns,
     parse_go_bool,
 )
+
+
+def parse_duration(text: str) -> float:
+    """Go's time.ParseDuration in seconds."""
+    return parse_duration_ns(text) / 1_000_000_000
+
 
 NS = 1
 US = 1000
@@ -59,12 +66,19 @@ def parsed(args: list[str]) -> tuple[FlagSet, list[str]]:
     return fs, rest
 
 
-def usage_error(args: list[str]) -> str:
-    fs = flagset()
-    with pytest.raises(UsageError) as info:
+def as_usage_error(fs: FlagSet, args: list[str]) -> UsageError:
+    """The command's usage error (exit 2) for what ``fs`` refuses in ``args``, as the cli shows it."""
+    from publish.verbs.common import usage_error as command_usage_error
+
+    with pytest.raises(FlagError) as info:
         fs.parse(args)
-    assert info.value.exit_code == 2
-    return str(info.value)
+    error = command_usage_error(info.value)
+    assert error.exit_code == 2
+    return error
+
+
+def usage_error(args: list[str]) -> str:
+    return str(as_usage_error(flagset(), args))
 
 
 # --- Flag syntax -----------------------------------------------------------------------------------
@@ -384,9 +398,8 @@ def test_integer_round_trip_keep(n: int) -> None:
 def test_the_commands_keep_is_a_go_int(verb: str) -> None:
     from publish.cli import command
 
-    with pytest.raises(UsageError) as info:
-        command(verb).fs.parse(["-keep", "9223372036854775808"])
-    assert str(info.value) == 'invalid value "9223372036854775808" for flag -keep: value out of range'
+    error = as_usage_error(command(verb).fs, ["-keep", "9223372036854775808"])
+    assert str(error) == 'invalid value "9223372036854775808" for flag -keep: value out of range'
     assert command(verb).fs.parse(["-keep", str(INT64_MAX)]) == []
 
 
@@ -765,7 +778,7 @@ def test_redefinition() -> None:
 
 def test_a_failed_parse_leaves_earlier_flags_set() -> None:
     fs = flagset()
-    with pytest.raises(UsageError):
+    with pytest.raises(FlagError):
         fs.parse(["-keep", "4", "-x"])
     assert fs.value("keep") == 4
     assert fs.is_set("keep")
@@ -916,3 +929,44 @@ def test_a_definition_returns_its_typed_flag() -> None:
         ("B", True),
     ]
     assert (fs.value("keep"), fs.is_set("keep"), fs.is_set("name")) == (7, True, True)
+
+
+# --- The error types ---------------------------------------------------------------------------------
+
+
+def test_the_flag_parser_imports_nothing_of_the_command() -> None:
+    """Go's conventions stand alone: the flags raise their own error, and the cli makes it a usage error."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, publish.flags; fs = publish.flags.FlagSet('x'); fs.duration('t', 1.0, ''); fs.parse(['-t=2s'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('publish.') and m.split('.')[1] not in GO))"
+    )
+    go = "GO = ('flags', 'gocompat', 'go')\n"  # the modules of Go's conventions, before and after their package
+    r = subprocess.run([sys.executable, "-S", "-c", go + code], capture_output=True, text=True, timeout=60)
+    assert r.stdout == "[]\n", r.stderr
+
+
+def test_a_flag_error_is_gos_text_and_the_command_hides_a_password() -> None:
+    fs = flagset()
+    with pytest.raises(FlagError) as info:
+        fs.parse(["-http://u:secret@h"])
+    assert str(info.value) == "flag provided but not defined: -http://u:secret@h"
+    assert "secret" not in str(as_usage_error(flagset(), ["-http://u:secret@h"]))
+
+
+@pytest.mark.parametrize("text", ["x", "+1", "-", "1_0", " 1"])
+def test_a_malformed_number_is_a_parse_error(text: str) -> None:
+    with pytest.raises(ParseError) as info:
+        parse_decimal(text)
+    assert isinstance(info.value, ValueError) and str(info.value) == "parse error"
+
+
+def test_an_int_flag_out_of_gos_range_is_a_range_error() -> None:
+    parse = {flag.name: flag for flag in flagset().defined()}["keep"].parse
+    with pytest.raises(RangeError) as info:
+        parse(str(INT64_MAX + 1))
+    assert isinstance(info.value, ValueError) and str(info.value) == "value out of range"
+    with pytest.raises(ParseError):
+        parse("0x10")

@@ -6,6 +6,8 @@ import pytest
 
 from publish import layout
 from publish.errors import Failure
+from tests.reference_plan import latest
+from tests.reference_plan import related as reference_related
 
 
 def test_name_is_padded_epoch_step_and_base32_path() -> None:
@@ -58,10 +60,10 @@ def test_parse_all_names_the_entry_at_fault() -> None:
 
 def test_latest_is_greatest_epoch_then_step_then_name() -> None:
     e = layout.Entry
-    assert layout.latest([e(0, 900, "a"), e(1, 5, "b"), e(1, 4, "c")]) == e(1, 5, "b")
+    assert latest([e(0, 900, "a"), e(1, 5, "b"), e(1, 4, "c")]) == e(1, 5, "b")
     tie = [e(1, 5, "exec/A/x"), e(1, 5, "exec/B/x")]
-    assert layout.latest(tie) == max(tie, key=lambda x: x.name)
-    assert layout.latest([]) is None
+    assert latest(tie) == max(tie, key=lambda x: x.name)
+    assert latest([]) is None
 
 
 def test_name_refuses_out_of_range_and_unclean() -> None:
@@ -81,12 +83,13 @@ def test_name_refuses_out_of_range_and_unclean() -> None:
     ],
 )
 def test_related(a: str, b: str, related: bool) -> None:
-    assert layout.related(a, b) is related
+    assert layout.Nest([b]).related(a) is related
+    assert reference_related(a, b) is related
 
 
 def test_latest_of_names_equals_latest_of_entries() -> None:
     names = [layout.name(e, s, p) for e, s, p in [(0, 900, "a"), (1, 5, "b"), (1, 5, "c"), (1, 4, "z")]]
-    assert layout.latest_of(names, "/r/pub") == layout.latest(layout.parse_all(names, "/r/pub"))
+    assert layout.latest_of(names, "/r/pub") == latest(layout.parse_all(names, "/r/pub"))
     assert layout.latest_of([], "/r/pub") is None
     with pytest.raises(Failure, match="/r/pub/bad"):
         layout.latest_of([*names, "bad"], "/r/pub")

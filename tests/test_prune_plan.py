@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from publish import layout
 from publish.errors import Failure
 from publish.verbs.prune import plan
-from tests.reference_plan import quadratic_plan
+from tests.reference_plan import quadratic_plan, related
 
 common = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -33,7 +33,7 @@ def test_plan_matches_the_quadratic_reference(items: list[layout.Entry], keep: i
 def test_nest_answers_as_related_does(paths: list[str], folders: list[str]) -> None:
     nest = layout.Nest(paths)
     for folder in folders:
-        assert nest.related(folder) == any(layout.related(folder, p) for p in paths), (folder, paths)
+        assert nest.related(folder) == any(related(folder, p) for p in paths), (folder, paths)
 
 
 def test_nest_hand_picked() -> None:

@@ -279,7 +279,10 @@ def test_a_named_signal_is_passed_on_and_a_second_one_again(root: Path, tmp_path
         (["-framework", "hf", "sh"], "COMMAND must follow --"),
         (["-framework", "hf", "--"], "missing COMMAND after --"),
         (["--", "sh"], "-framework is required"),
-        (["-framework", "hf", "-requeue", "--", "sh"], "-requeue needs a Slurm job"),
+        (
+            ["-framework", "hf", "-requeue", "--", "sh"],
+            "-requeue needs a Slurm job: SLURM_JOB_ID is not set\n",
+        ),
         (["-framework", "hf", "-creds", "file:/x", "--", "sh"], "-creds applies only to s3:// roots"),
         (["-framework", "hf", "-signal", "KILL", "--", "sh"], "SIGKILL cannot be caught"),
         (["-framework", "hf", "-signal", "NOPE", "--", "sh"], "not a signal name"),
@@ -294,6 +297,24 @@ def test_usage_errors(root: Path, tmp_path: Path, args: list[str], message: str)
     assert r.err.startswith("publish: ") and message in r.err, r.err
     assert "usage: publish run" in r.err
     assert not os.listdir(root)
+
+
+def test_run_called_without_a_slurm_job_refuses_requeue_in_the_same_words(tmp_path: Path) -> None:
+    from publish.errors import UsageError
+    from publish.frameworks import FRAMEWORKS
+    from publish.stores.posix import PosixStore
+    from publish.verbs import Say
+
+    signals = run_verb.Signals()
+    try:
+        with pytest.raises(UsageError) as info:
+            run_verb.run(
+                UNBOUNDED, PosixStore(str(tmp_path)), Say(print, print), FRAMEWORKS["hf"], "a", 1, ["true"],
+                env={}, root=str(tmp_path), interval=0.1, timeout=10, signals=signals, requeue=True,
+            )  # fmt: skip
+    finally:
+        signals.close()
+    assert str(info.value) == "-requeue needs a Slurm job: SLURM_JOB_ID is not set"
 
 
 def test_an_s3_root_needs_creds(tmp_path: Path) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from publish import snapshot_name, snapshots
+from publish import snapshot_format, snapshot_name, snapshots
 from publish.frameworks import snapshot as framework
-from publish.snapshots import _format
 
 HEX = "0123456789abcdef" * 2
 ARABIC = "\u0660" * 12  # twelve ARABIC-INDIC DIGIT ZERO: decimal digits to str.isdigit and to re's \d
@@ -27,20 +26,20 @@ NAMES = [
 @pytest.mark.parametrize("name", NAMES)
 def test_library_and_framework_agree(name: str) -> None:
     by_library = snapshots.SNAPSHOT_DIR.fullmatch(name) is not None
-    assert by_library == (framework.snapshot_id(name) != "") == (snapshot_name.parse(name) is not None)
+    assert by_library == (framework.step_of(name) != "") == (snapshot_name.parse(name) is not None)
 
 
 def test_a_step_in_other_scripts_digits_is_not_a_snapshot() -> None:
     name = f"step_{ARABIC}_{HEX}"
     assert snapshots.SNAPSHOT_DIR.fullmatch(name) is None
     assert framework.step_of(name) == ""
-    manifest = _format.manifest_bytes(0, HEX, "0" * 64, 1, 0)
-    with pytest.raises(_format.SnapshotError, match="directory name"):
-        _format.parse_manifest(manifest, name)
+    manifest = snapshot_format.manifest_bytes(0, HEX, "0" * 64, 1, 0)
+    with pytest.raises(snapshot_format.SnapshotError, match="directory name"):
+        snapshot_format.parse_manifest(manifest, name)
 
 
 def test_made_names_parse_back() -> None:
-    name = _format.dir_name(42, HEX)
+    name = snapshot_format.dir_name(42, HEX)
     assert name == f"step_000000000042_{HEX}"
     assert snapshot_name.parse(name) == ("000000000042", HEX)
     assert framework.step_of(name) == "000000000042"

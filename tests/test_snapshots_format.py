@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import publish.snapshots as snapshots
-from publish.snapshots import _format
+from publish import snapshot_format
 
 REPO = Path(__file__).resolve().parent.parent
 IDENT = "0123456789abcdef0123456789abcdef"
@@ -38,9 +38,9 @@ def _ready(data: bytes) -> bytes:
 
 
 def test_manifest_bytes_are_the_documented_serialisation() -> None:
-    data = _format.manifest_bytes(7, IDENT, SHA, 10, 5)
+    data = snapshot_format.manifest_bytes(7, IDENT, SHA, 10, 5)
     assert data == json.dumps(_manifest(), sort_keys=True, allow_nan=False).encode("utf-8")
-    assert _format.ready_bytes(data) == _ready(data)
+    assert snapshot_format.ready_bytes(data) == _ready(data)
 
 
 def test_snapshot_dir_pattern() -> None:
@@ -74,21 +74,21 @@ def test_snapshot_dir_pattern() -> None:
 )
 def test_manifest_refusals(data: str, why: str) -> None:
     with pytest.raises(ValueError, match=why):
-        _format.parse_manifest(data.encode("utf-8"))
+        snapshot_format.parse_manifest(data.encode("utf-8"))
     assert not snapshots.ready_matches(data.encode("utf-8"), _ready(data.encode("utf-8")))
 
 
 def test_manifest_against_the_directory_name() -> None:
     data = json.dumps(_manifest()).encode()
-    assert _format.parse_manifest(data, "step_000000000007_" + IDENT)["step"] == 7
+    assert snapshot_format.parse_manifest(data, "step_000000000007_" + IDENT)["step"] == 7
     with pytest.raises(ValueError, match="step 7 disagrees"):
-        _format.parse_manifest(data, "step_000000000008_" + IDENT)
+        snapshot_format.parse_manifest(data, "step_000000000008_" + IDENT)
     with pytest.raises(ValueError, match="id .* disagrees"):
-        _format.parse_manifest(data, "step_000000000007_" + "f" * 32)
+        snapshot_format.parse_manifest(data, "step_000000000007_" + "f" * 32)
 
 
 def test_ready_matches() -> None:
-    data = _format.manifest_bytes(7, IDENT, SHA, 10, 5)
+    data = snapshot_format.manifest_bytes(7, IDENT, SHA, 10, 5)
     assert snapshots.ready_matches(data, _ready(data))
     assert not snapshots.ready_matches(data, _ready(data)[:-1])
     assert not snapshots.ready_matches(data, _ready(data) + b"\n")
@@ -155,3 +155,58 @@ def test_a_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="not a directory"):
         snapshots.list_valid(tmp_path / "file")
+
+
+def _snapshot(root: Path, step: int, ready: bytes | None = None) -> str:
+    """A snapshot folder under root/exec/1 by the format's rules (its payload is not what is checked)."""
+    name = snapshot_format.dir_name(step, IDENT)
+    folder = root / "exec" / "1" / name
+    folder.mkdir(parents=True)
+    manifest = snapshot_format.manifest_bytes(step, IDENT, SHA, 10, 5)
+    (folder / "manifest.json").write_bytes(manifest)
+    (folder / "READY").write_bytes(snapshot_format.ready_bytes(manifest) if ready is None else ready)
+    return f"exec/1/{name}"
+
+
+def test_the_snapshot_framework_checks_by_the_format_without_the_library(tmp_path: Path) -> None:
+    """The format's rules live outside publish.snapshots: watch -framework snapshot imports neither the
+    library nor what its __init__ brings (threading, uuid, dataclasses, logging, pathlib)."""
+    path = _snapshot(tmp_path, 7)
+    code = (
+        "import sys\n"
+        "from publish.deadline import UNBOUNDED\n"
+        "from publish.frameworks import FRAMEWORKS\n"
+        "from publish.stores.posix import PosixStore\n"
+        f"whole = FRAMEWORKS['snapshot'].complete(UNBOUNDED, PosixStore({str(tmp_path)!r}), {path!r}, 7)\n"
+        "heavy = ('publish.snapshots', 'threading', 'uuid', 'dataclasses', 'logging', 'pathlib', 'typing')\n"
+        "print(whole, sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert (r.stdout, r.stderr) == ("True []\n", "")
+
+
+def test_the_snapshot_frameworks_read_caps_follow_the_formats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from publish.deadline import UNBOUNDED
+    from publish.errors import Failure
+    from publish.frameworks import FRAMEWORKS
+    from publish.frameworks.snapshot import READ_FACTOR
+    from publish.stores.posix import PosixStore
+
+    framework, store = FRAMEWORKS["snapshot"], PosixStore(str(tmp_path))
+    monkeypatch.setattr(snapshot_format, "READY_LIMIT", 100)
+    assert (
+        framework.complete(UNBOUNDED, store, _snapshot(tmp_path, 1, b"x" * (READ_FACTOR * 100)), 1) is False
+    )
+    with pytest.raises(Failure, match=f"READY is over {READ_FACTOR * 100} bytes"):
+        framework.complete(UNBOUNDED, store, _snapshot(tmp_path, 2, b"x" * (READ_FACTOR * 100 + 1)), 2)
+    assert framework.complete(UNBOUNDED, store, _snapshot(tmp_path, 3), 3) is True
+
+
+def test_the_docs_give_the_formats_caps() -> None:
+    text = (REPO / "docs" / "snapshots.md").read_text().replace("\n", " ")
+    assert f"READY (at most {snapshot_format.READY_LIMIT} bytes)" in text
+    assert f"manifest.json (at most {snapshot_format.MANIFEST_LIMIT // 1024} KiB)" in text

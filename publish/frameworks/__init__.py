@@ -19,9 +19,6 @@ if TYPE_CHECKING:
     from publish.deadline import Deadline
     from publish.stores.base import Store
 
-#: trainer_state.json over this is refused (kept here for the modules that import it from this package)
-STATE_LIMIT = hf.STATE_LIMIT
-
 
 class Framework:
     """How one framework lays out its saves inside SAVES."""
@@ -75,7 +72,7 @@ FRAMEWORKS = {
     "deepspeed": Framework("deepspeed", deepspeed),
 }
 
-
-def snapshot_id(name: str) -> str:
-    """The uuid of a snapshot directory name, or ``""`` (the library's own rule)."""
-    return snapshot.snapshot_id(name)
+#: The names as a synopsis shows the choice (``hf|dcp|...``) and as a sentence lists them (``hf, dcp, ... or
+#: deepspeed``): every usage line and message about frameworks is made from the table.
+CHOICES = "|".join(FRAMEWORKS)
+LISTED = " or ".join([", ".join(list(FRAMEWORKS)[:-1]), list(FRAMEWORKS)[-1]])

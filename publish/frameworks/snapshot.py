@@ -14,29 +14,29 @@ if TYPE_CHECKING:
 KIND = "folders"
 
 
-def snapshot_id(name: str) -> str:
-    """The uuid of a snapshot directory name ``step_<12 digits>_<32 lowercase hex>``, or ``""``."""
-    parsed = snapshot_name.parse(name)
-    return parsed[1] if parsed else ""
-
-
 def step_of(name: str) -> str:
     parsed = snapshot_name.parse(name)
     return parsed[0] if parsed else ""
 
 
+#: A READY or manifest.json up to this many times the format's cap is read, and judged not whole when over
+#: the cap; a larger one is refused (the store's read says it is over the limit).
+READ_FACTOR = 64
+
+
 def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
-    from publish.snapshots import ready_matches  # the library's own rule; it imports torch only when loading
+    # The format's rules, not the library: publish.snapshots imports torch's neighbours (threading, uuid, ...)
+    from publish import snapshot_format as fmt
 
-    ready = store.read(dl, path + "/READY", 16 * 1024)
-    if ready is None or len(ready) > 256:
+    ready = store.read(dl, f"{path}/{fmt.READY}", READ_FACTOR * fmt.READY_LIMIT)
+    if ready is None:
         return False
-    manifest = store.read(dl, path + "/manifest.json", 1024 * 1024)
-    if manifest is None or len(manifest) > 16 * 1024 or not ready_matches(manifest, ready):
+    manifest = store.read(dl, f"{path}/{fmt.MANIFEST}", READ_FACTOR * fmt.MANIFEST_LIMIT)
+    if manifest is None or not fmt.ready_matches(manifest, ready):  # each within its cap, and by the rules
         return False
-    # ready_matches checks the manifest's own rules; its step and id must also be the folder's.
-    import json
-
-    doc = json.loads(manifest)
-    ident = snapshot_id(path.rsplit("/", 1)[-1])
-    return bool(ident) and doc.get("step") == step and doc.get("id") == ident
+    # The manifest's step and id must also be the folder's.
+    try:
+        doc = fmt.parse_manifest(manifest, path.rsplit("/", 1)[-1])
+    except fmt.SnapshotError:
+        return False
+    return bool(doc["step"] == step)

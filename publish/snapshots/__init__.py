@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -16,15 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from . import _fs, _payload, _save
-from ._format import (
+from publish import snapshot_name
+from publish.snapshot_format import (
     FORMAT,
     MANIFEST,
     MANIFEST_LIMIT,
     PAYLOAD,
     READY,
     READY_LIMIT,
-    SNAPSHOT_DIR,
     SnapshotError,
     dir_name,
     is_int,
@@ -33,6 +33,14 @@ from ._format import (
     ready_bytes,
     ready_matches,
     valid_step,
+)
+
+from . import _fs, _payload, _save
+
+#: A snapshot directory's name (use ``fullmatch``): the step as 12 ASCII digits, then a uuid4 as 32 hex
+#: digits; the same rule as :func:`publish.snapshot_name.parse`, which the manifest check uses.
+SNAPSHOT_DIR = re.compile(
+    rf"{snapshot_name.PREFIX}([0-9]{{{snapshot_name.STEP_DIGITS}}})_([0-9a-f]{{{snapshot_name.ID_HEX}}})"
 )
 
 __all__ = [

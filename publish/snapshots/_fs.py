@@ -9,8 +9,7 @@ from typing import Callable
 
 from publish import fsops
 from publish.fileio import read_at_most
-
-from ._format import SnapshotError
+from publish.snapshot_format import SnapshotError
 
 _REPARSE_POINT = 0x400  # FILE_ATTRIBUTE_REPARSE_POINT, Windows only
 _READ_FLAGS = (

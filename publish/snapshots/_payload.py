@@ -11,8 +11,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, Optional, Union
 
+from publish.snapshot_format import SnapshotError, is_int
+
 from . import _fs
-from ._format import SnapshotError, is_int
 
 _CHUNK = 4 << 20
 _IN_PLACE = 16 << 20  # a read this large is hashed from torch's buffer, in pieces, before it returns

@@ -10,8 +10,9 @@ import sys
 import threading
 from typing import Any
 
+from publish.snapshot_format import SnapshotError
+
 from . import _fs, _payload
-from ._format import SnapshotError
 from ._payload import Fingerprint, HashPipe, _join, _pread_into, fingerprint, torch
 
 _WRITE_CHUNK = 8 << 20

@@ -12,7 +12,6 @@ from publish import layout, redact, roots, stores
 from publish.deadline import Deadline
 from publish.errors import UsageError
 from publish.flags import FlagSet
-from publish.gocompat import PARSE_ERROR, go_quote, parse_decimal
 from publish.redact import quoted, shown
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, Callable
 
-    from publish.flags import Flag
+    from publish.flags import Flag, FlagError
     from publish.frameworks import Framework
     from publish.verbs import Say
     from publish.verbs.metrics import Metrics
@@ -111,6 +110,7 @@ class Command:
         if not self.creds.is_set:
             raise UsageError(f"-creds is required for the s3:// root {shown(root.text)}")
         if self.proxy.is_set:
+            from publish.gocompat import go_quote
             from publish.urls import parse_proxy
 
             value = self.proxy.value
@@ -140,6 +140,23 @@ class Command:
         timeout's message names -timeout as given."""
         timeout = self.timeout.value
         return Deadline.until(max(call.started + timeout, time.monotonic() + 0.001), timeout)
+
+
+def usage_error(e: FlagError) -> UsageError:
+    """The command's usage error for what the flags refused: Go's words, each value from the command line
+    shown with its URL password hidden (``redact.echo``)."""
+    return UsageError(e.message(redact.echo, _why))
+
+
+def _why(why: str, text: str) -> str:
+    """Why a flag's value was refused, its password hidden when the value is a URL that holds one (a
+    duration's error echoes the value)."""
+    from publish.gocompat import PARSE_ERROR
+
+    found: list[str] = []
+    masked = redact.url(text, found)
+    why = why.replace(text, masked) if masked != text else why
+    return PARSE_ERROR if any(p and p in why for p in found) else why
 
 
 def expect_args(call: Call, names: list[str], optional: int = 0) -> None:
@@ -176,13 +193,15 @@ def decimal(what: str) -> Callable[[str], int]:
     """A parser for a plain decimal in [0, 10^20): epochs and steps."""
 
     def parse(text: str) -> int:
+        from publish.gocompat import ParseError, parse_decimal
+
         if text[:1] == "-":  # no sign: "-1" is malformed, not too small
-            raise ValueError(PARSE_ERROR)
+            raise ParseError()
         try:
             return parse_decimal(text, below=layout.LIMIT)
-        except ValueError as e:
-            if str(e) == PARSE_ERROR:
-                raise
+        except ParseError:
+            raise
+        except ValueError:
             raise ValueError(f"{what} must be below 10^20") from None
 
     return parse
@@ -208,6 +227,8 @@ def epoch(flag: Flag[int | None], env: Mapping[str, str]) -> int:
     try:
         return decimal("epoch")(text)
     except ValueError as e:
+        from publish.gocompat import go_quote
+
         raise UsageError(f"invalid value {go_quote(text)} for DISPATCH_EPOCH: {e}") from None
 
 
@@ -229,6 +250,14 @@ def framework_flag(fs: FlagSet, usage: str) -> Flag[str | None]:
     return fs.custom("framework", None, usage, _framework, "name")
 
 
+def _world_size(text: str) -> int:
+    from publish.gocompat import (
+        parse_decimal,  # here: a command line without numbers needs none of Go's rules
+    )
+
+    return parse_decimal(text, minimum=1, below=1 << 31)
+
+
 class SavesCommand(Command):
     """watch and run: the saves of one framework, scanned every -interval until SIGTERM or SIGINT."""
 
@@ -239,15 +268,15 @@ class SavesCommand(Command):
     def __init__(self) -> None:
         super().__init__()
         fs = self.fs
-        self.framework = framework_flag(
-            fs, "which saves to publish: hf, dcp, snapshot, lightning or deepspeed"
-        )
+        from publish.frameworks import LISTED  # here: a verb without -framework imports none of them
+
+        self.framework = framework_flag(fs, f"which saves to publish: {LISTED}")
         self.interval = fs.duration("interval", 10.0, "time between scans")
         self.world_size = fs.custom(
             "world-size",
             None,
             "the ranks that write each save (env WORLD_SIZE): hf waits for every rank's rng_state_<rank>.pth",
-            lambda t: parse_decimal(t, minimum=1, below=1 << 31),
+            _world_size,
             "N",
         )
         self.metrics = fs.string(
@@ -266,8 +295,10 @@ class SavesCommand(Command):
         if not text:
             return 0
         try:
-            return parse_decimal(text, minimum=1, below=1 << 31)
+            return _world_size(text)
         except ValueError as e:
+            from publish.gocompat import go_quote
+
             raise UsageError(f"invalid value {go_quote(text)} for WORLD_SIZE: {e}") from None
 
     def metrics_for(self, call: Call, root: roots.Root) -> Metrics | None:
@@ -283,9 +314,10 @@ class SavesCommand(Command):
 
     def chosen(self) -> Framework:
         """The -framework given; it is required."""
+        from publish.frameworks import FRAMEWORKS, LISTED
+
         if self.framework.value is None:
-            raise UsageError("-framework is required: hf, dcp, snapshot, lightning or deepspeed")
-        from publish.frameworks import FRAMEWORKS
+            raise UsageError(f"-framework is required: {LISTED}")
 
         return FRAMEWORKS[self.framework.value]
 

@@ -17,11 +17,6 @@ if TYPE_CHECKING:
     from publish.deadline import Deadline
 
 
-def latest(dl: Deadline, store: Store) -> layout.Entry | None:
-    """The latest entry in pub/; every name there must parse."""
-    return layout.latest_of(store.list_entries(dl), store.location(PUB))
-
-
 def newest_first(names: list[str], where: str) -> Iterator[layout.Entry]:
     """The entries ``names`` stand for, newest first; every name must parse (else Failure naming one).
 

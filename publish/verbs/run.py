@@ -15,7 +15,7 @@ import time
 
 from publish.deadline import Deadline
 from publish.errors import Failure, PublishError, UsageError
-from publish.frameworks import Framework
+from publish.frameworks import CHOICES, Framework
 from publish.gocompat import parse_decimal
 from publish.layout import EXEC
 from publish.redact import shown
@@ -182,7 +182,7 @@ def run(
 ) -> int:
     """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish."""
     if requeue and (batch is None or not batch.job):
-        raise UsageError("-requeue needs a Slurm job (SLURM_JOB_ID is not set)")
+        raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
     saves = f"{EXEC}/{attempt}"
     found: list[str] = []
     resolve(dl, store, Say(found.append, say.warn))
@@ -345,7 +345,7 @@ def _prune_and_requeue(
 class Run(common.SavesCommand):
     name = "run"
     synopsis = (
-        f"publish run {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-metrics FILE] [-world-size N] "
+        f"publish run {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
         "[-keep N [-keep-every K] [-keep-within D] [-orphans [-orphans-age 1h]]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]"
     )
     summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"

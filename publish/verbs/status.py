@@ -9,7 +9,7 @@ from __future__ import annotations
 from publish import layout
 from publish.deadline import Deadline
 from publish.errors import Failure, FileError, StoreError, UsageError
-from publish.frameworks import FRAMEWORKS
+from publish.frameworks import FRAMEWORKS, LISTED
 from publish.layout import EXEC, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
@@ -296,9 +296,7 @@ class Status(common.Command):
         )
         self.json = self.fs.boolean("json", False, "print one JSON document (version 1) instead of text")
         self.keep_every, self.keep_within = policy_flags(self.fs)
-        self.framework = common.framework_flag(
-            self.fs, "only this framework's verdicts: hf, dcp, snapshot, lightning or deepspeed"
-        )
+        self.framework = common.framework_flag(self.fs, f"only this framework's verdicts: {LISTED}")
         self.orphans, self.orphans_age = orphan_flags(self.fs)
         self.attempt = attempt_flag(self.fs)
 

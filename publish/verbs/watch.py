@@ -9,7 +9,7 @@ import threading
 from publish import layout, roots
 from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import Failure, FileError, StoreError, UsageError
-from publish.frameworks import Framework
+from publish.frameworks import CHOICES, Framework
 from publish.layout import EXEC, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
@@ -227,7 +227,7 @@ def watch(
 class Watch(common.SavesCommand):
     name = "watch"
     synopsis = (
-        f"publish watch {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-metrics FILE] [-world-size N] "
+        f"publish watch {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
         "[-epoch N] [-attempt A] [SAVES]"
     )
     summary = "publish each save once it is complete, until SIGTERM or SIGINT"

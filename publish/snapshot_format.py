@@ -1,13 +1,18 @@
-"""The on-disk format of a snapshot: names, manifest and READY.  Pure: no file access, no torch."""
+"""The on-disk format of a snapshot (docs/snapshots.md): its manifest and READY, and their rules.  Pure: no
+file access, no torch.  The trainer-side library (``publish.snapshots``) writes and checks snapshots by these
+rules, and the command's ``snapshot`` framework checks them without importing that library; the directory
+name's rule is :mod:`publish.snapshot_name`'s."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
-from typing import Any
 
 from publish import snapshot_name
+from publish.hashing import sha256_hex
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMAT = "pear15.cloud_checkpoint.v1"
 PAYLOAD = "checkpoint.pt"
@@ -17,15 +22,13 @@ MANIFEST_LIMIT = 16 * 1024
 READY_LIMIT = 256
 STEP_LIMIT = 10**12
 
-#: A snapshot directory's name (use ``fullmatch``): the step as 12 ASCII digits, then a uuid4 as 32 hex
-#: digits; the same rule as :func:`publish.snapshot_name.parse`, which this module checks names with.
-SNAPSHOT_DIR = re.compile(
-    rf"{snapshot_name.PREFIX}([0-9]{{{snapshot_name.STEP_DIGITS}}})_([0-9a-f]{{{snapshot_name.ID_HEX}}})"
-)
-
 FIELDS = frozenset({"bytes", "created_ns", "file", "format", "id", "sha256", "step"})
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_HEX32 = re.compile(r"[0-9a-f]{32}")
+_HEX = frozenset("0123456789abcdef")
+
+
+def _hex(value: object, digits: int) -> bool:
+    """``value`` is a str of exactly ``digits`` lowercase hex digits (``[0-9a-f]{digits}``, without re)."""
+    return isinstance(value, str) and len(value) == digits and _HEX.issuperset(value)
 
 
 class SnapshotError(ValueError):
@@ -61,7 +64,7 @@ def manifest_bytes(step: int, ident: str, sha256: str, size: int, created_ns: in
 
 def ready_bytes(manifest: bytes) -> bytes:
     """READY for these manifest bytes: the format line, then the manifest's SHA-256 in hex."""
-    return (FORMAT + "\n" + hashlib.sha256(manifest).hexdigest() + "\n").encode("ascii")
+    return (FORMAT + "\n" + sha256_hex(manifest) + "\n").encode("ascii")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -109,9 +112,9 @@ def parse_manifest(data: bytes, name: str | None = None) -> dict[str, Any]:
         raise SnapshotError(f"bytes {doc['bytes']!r} is not a positive integer")
     if not is_int(doc["created_ns"]) or doc["created_ns"] < 0:
         raise SnapshotError(f"created_ns {doc['created_ns']!r} is not a non-negative integer")
-    if not isinstance(doc["sha256"], str) or not _HEX64.fullmatch(doc["sha256"]):
+    if not _hex(doc["sha256"], 64):
         raise SnapshotError(f"sha256 {doc['sha256']!r} is not 64 lowercase hex digits")
-    if not isinstance(doc["id"], str) or not _HEX32.fullmatch(doc["id"]):
+    if not _hex(doc["id"], 32):
         raise SnapshotError(f"id {doc['id']!r} is not 32 lowercase hex digits")
     if name is not None:
         parsed = snapshot_name.parse(name)
