@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -20,7 +18,7 @@ from publish.gocompat import parse_decimal
 from publish.layout import EXEC
 from publish.redact import shown
 from publish.stores.base import Store
-from publish.verbs import Say, common
+from publish.verbs import Say, child, common
 from publish.verbs.prune import Policy, policy_flags, policy_of
 from publish.verbs.resolve import resolve
 from publish.verbs.slurm import LIVE, Batch, signame
@@ -34,14 +32,14 @@ if TYPE_CHECKING:
     class Child(Protocol):
         """COMMAND once started: its exit status (``Popen.returncode`` style) and a way to signal it."""
 
+        pid: int
+
         def poll(self) -> int | None: ...
         def signal(self, signum: int) -> None: ...
 
     Launch = Callable[[list[str], dict[str, str]], Child]
 
     from publish.verbs.metrics import Metrics
-
-POLL = 0.1  # how often the exit of COMMAND is looked for while no signal arrives
 
 
 class Signals(SignalStop):
@@ -55,12 +53,17 @@ class Signals(SignalStop):
         self.received.append(signum)
         self.set()
 
-    def wait_past(self, count: int, timeout: float) -> None:
-        """Return once more than ``count`` signals were received, or after ``timeout`` seconds."""
+    def wakeup_fd(self) -> int:
+        """The pipe's write end (non-blocking), for ``signal.set_wakeup_fd``."""
+        return self._write
+
+    def wait_past(self, count: int, timeout: float, also: tuple[int, ...] = ()) -> None:
+        """Return once more than ``count`` signals were received, a descriptor of ``also`` is readable (a
+        pidfd: COMMAND exited), or after ``timeout`` seconds."""
         import select
 
-        ready, _, _ = select.select([self._read], [], [], 0 if len(self.received) > count else timeout)
-        if ready:
+        ready, _, _ = select.select([self._read, *also], [], [], 0 if len(self.received) > count else timeout)
+        if self._read in ready:
             os.read(self._read, 4096)  # the wake-up bytes; a flood of signals never fills the pipe
 
 
@@ -91,23 +94,21 @@ class Process:
 
     def __init__(self, argv: list[str], env: dict[str, str], batch: Batch | None) -> None:
         try:
-            if sys.version_info >= (3, 11):
-                self.popen = subprocess.Popen(argv, env=env, process_group=0)  # novm
-            else:  # the same setpgid(0, 0) in the child; os.setpgrp is C, so no Python code runs before exec
-                self.popen = subprocess.Popen(argv, env=env, preexec_fn=os.setpgrp)
+            self.started = child.start(argv, env)  # as subprocess.Popen(argv, env=env, process_group=0)
         except OSError as e:
             raise Failure(f"cannot start {shown(argv[0])}: {e.strerror or e}") from None
+        self.pid = self.started.pid
         self.batch = batch
 
     def poll(self) -> int | None:
-        return self.popen.poll()
+        return self.started.poll()
 
     def signal(self, signum: int) -> None:
         if self.batch is not None:
             self.batch.signal_steps(signum)
             return
         with contextlib.suppress(ProcessLookupError):  # exited (and reaped) meanwhile
-            os.killpg(self.popen.pid, signum)
+            os.killpg(self.pid, signum)
 
 
 def is_srun(argv: Sequence[str]) -> bool:
@@ -210,26 +211,20 @@ def run(
         say.warn(f"run: stopped by {signame(signals.received[0])} before {argv[0]} started")
         return _finish(say, status_of(-signals.received[0]), False, None, keep, requeue, batch, metrics)
     through_srun = batch is not None and bool(batch.job) and is_srun(argv)
-    if launch is None:
-        child: Child = Process(argv, child_env, batch if through_srun else None)
-    else:
-        child = launch(argv, child_env)
-    scanner = _Scanner(watcher, say, interval, timeout)
-    scanner.thread.start()
-
-    passed = 0
-    fault = False
-    while True:
-        code = child.poll()
-        while passed < len(signals.received):
-            sig = signals.received[passed]
-            passed += 1
-            if code is None:
-                _pass_on(sig, child, batch, say, argv[0])
-        if code is not None:
-            break
-        signals.wait_past(passed, POLL)
+    waker = child.Waker(signals.wakeup_fd())
+    try:
+        if launch is None:
+            proc: Child = Process(argv, child_env, batch if through_srun else None)
+        else:
+            proc = launch(argv, child_env)
+        waker.watch(proc.pid)
+        scanner = _Scanner(watcher, say, interval, timeout)
+        scanner.thread.start()
+        code = _wait(proc, signals, waker, batch, say, argv[0])
+    finally:
+        waker.close()
     status = status_of(code)
+    fault = False
     stopped = bool(signals.received)
 
     deadline = time.monotonic() + timeout
@@ -259,7 +254,27 @@ def run(
     )
 
 
-def _pass_on(sig: int, child: Child, batch: Batch | None, say: Say, name: str) -> None:
+def _wait(
+    command: Child, signals: Signals, waker: child.Waker, batch: Batch | None, say: Say, name: str
+) -> int:
+    """COMMAND's exit status once it has exited, each stop signal received meanwhile passed on to it.
+
+    Woken by COMMAND's exit and by each signal (child.Waker), not by a clock: it looks again at once."""
+    passed = 0
+    while True:
+        code = command.poll()
+        while passed < len(signals.received):
+            sig = signals.received[passed]
+            passed += 1
+            if code is None:
+                _pass_on(sig, command, batch, say, name)
+        if code is not None:
+            return code
+        signals.wait_past(passed, waker.timeout, waker.fds())
+        waker.wakes += 1
+
+
+def _pass_on(sig: int, command: Child, batch: Batch | None, say: Say, name: str) -> None:
     """Send ``sig`` to COMMAND, unless Slurm has sent it to every process of the job already.
 
     scancel and scontrol requeue make the job COMPLETING before they signal it (and scancel would wait on such
@@ -275,7 +290,7 @@ def _pass_on(sig: int, child: Child, batch: Batch | None, say: Say, name: str) -
             return
     say.warn(f"run: passing {signame(sig)} on to {name}")
     try:
-        child.signal(sig)
+        command.signal(sig)
     except PublishError as e:  # COMMAND's own exit status tells what came of it
         say.warn(f"run: could not pass {signame(sig)} on: {e}")
 
