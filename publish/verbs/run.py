@@ -19,6 +19,7 @@ from publish.layout import EXEC
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, child, common
+from publish.verbs.idle import Budget
 from publish.verbs.prune import Policy, policy_flags, policy_of
 from publish.verbs.resolve import resolve
 from publish.verbs.slurm import LIVE, Batch, signame
@@ -180,14 +181,17 @@ def run(
     batch: Batch | None = None,
     metrics: Metrics | None = None,
     world_size: int = 0,
+    max_idle_requeues: int = 3,
 ) -> int:
-    """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish."""
+    """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish, or
+    after a requeue refused to an idle dispatch (publish.verbs.idle)."""
     if requeue and (batch is None or not batch.job):
         raise UsageError("-requeue needs a Slurm job (SLURM_JOB_ID is not set)")
     saves = f"{EXEC}/{attempt}"
     found: list[str] = []
-    resolve(dl, store, Say(found.append, say.warn))
+    resumed = resolve(dl, store, Say(found.append, say.warn))
     resume = found[0] if found else ""
+    budget = Budget(store, max_idle_requeues, resumed) if requeue else None
     say.warn(f"run: resuming from {resume}" if resume else "run: no save to resume from")
 
     child_env = dict(env)
@@ -209,7 +213,11 @@ def run(
     )
     if signals.received:
         say.warn(f"run: stopped by {signame(signals.received[0])} before {argv[0]} started")
-        return _finish(say, status_of(-signals.received[0]), False, None, keep, requeue, batch, metrics)
+        if budget is not None:
+            budget.dl = Deadline(timeout)  # nothing was scanned, and nothing published
+        return _finish(
+            say, status_of(-signals.received[0]), False, None, keep, requeue, batch, metrics, budget
+        )
     through_srun = batch is not None and bool(batch.job) and is_srun(argv)
     waker = child.Waker(signals.wakeup_fd())
     try:
@@ -249,8 +257,10 @@ def run(
             say.warn(describe(e))
             fault = True
     fault = fault or scanner.fault or watcher.fault
+    if budget is not None:
+        budget.dl = last
     return _finish(
-        say, status, fault, (store, last) if last else None, keep, requeue and stopped, batch, metrics
+        say, status, fault, (store, last) if last else None, keep, requeue and stopped, batch, metrics, budget
     )
 
 
@@ -304,11 +314,12 @@ def _finish(
     requeue: bool,
     batch: Batch | None,
     metrics: Metrics | None = None,
+    budget: Budget | None = None,
 ) -> int:
-    """Prune (after a last scan that finished), requeue when asked, and the exit status; the metrics file is
-    written last, whatever happens."""
+    """Prune (after a last scan that finished), requeue when asked (and the idle budget allows), and the exit
+    status; the metrics file is written last, whatever happens."""
     try:
-        return _prune_and_requeue(say, status, fault, scanned, keep, requeue, batch, metrics)
+        return _prune_and_requeue(say, status, fault, scanned, keep, requeue, batch, metrics, budget)
     finally:
         if metrics is not None:
             metrics.flush(say.warn)
@@ -323,6 +334,7 @@ def _prune_and_requeue(
     requeue: bool,
     batch: Batch | None,
     metrics: Metrics | None,
+    budget: Budget | None,
 ) -> int:
     if keep is not None:
         if scanned is None:
@@ -343,6 +355,10 @@ def _prune_and_requeue(
             # After scancel or scontrol requeue the job is COMPLETING: Slurm ends it or brings it back itself,
             # and a requeue now would revive a job someone cancelled.
             if state in LIVE:
+                allowed, failed = _may_requeue(budget, say, batch.job)
+                fault = fault or failed
+                if not allowed:
+                    return status or 1  # so Slurm ends the job FAILED
                 batch.requeue()
                 say.warn(f"run: asked Slurm to requeue job {batch.job}")
                 if metrics is not None:
@@ -357,11 +373,24 @@ def _prune_and_requeue(
     return status
 
 
+def _may_requeue(budget: Budget | None, say: Say, job: str) -> tuple[bool, bool]:
+    """(allowed, failed): allowed is False when -max-idle-requeues refuses this idle dispatch its requeue;
+    a store failing on the way is said, and the job requeued all the same (failed: the exit status is 1
+    where COMMAND's was 0)."""
+    if budget is None:
+        return True, False
+    try:
+        return budget.allows(say, job), False
+    except Exception as e:
+        say.warn(f"run: could not count the idle requeues ({describe(e)}): requeued all the same")
+        return True, True
+
+
 class Run(common.SavesCommand):
     name = "run"
     synopsis = (
         f"publish run {common.ROOT_FLAGS} -framework hf|dcp|snapshot|lightning|deepspeed [-interval 10s] [-metrics FILE] [-world-size N] "
-        "[-keep N [-keep-every K] [-keep-within D]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]"
+        "[-keep N [-keep-every K] [-keep-within D]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue [-max-idle-requeues K]] -- COMMAND [ARG...]"
     )
     summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"
     attempt_usage = "the execution `A`: saves go to ROOT/exec/A (env DISPATCH_ATTEMPT; default: from Slurm's job, else unique)"
@@ -379,6 +408,8 @@ class Run(common.SavesCommand):
         self.signal = fs.custom("signal", None, sig, common.parse_signal, "SIG")
         requeue = "Slurm only: after a stop by a signal, ask Slurm to run the job again"
         self.requeue = fs.boolean("requeue", False, requeue)
+        idle = "with -requeue: after `K` dispatches in a row were requeued without publishing, do not requeue"
+        self.max_idle = fs.custom("max-idle-requeues", 3, idle, lambda t: parse_decimal(t, minimum=0), "K")
 
     def trap(self) -> common.Trap:
         signals = Signals()
@@ -397,6 +428,8 @@ class Run(common.SavesCommand):
         batch = Batch(call.env, timeout) if call.env.get("SLURM_JOB_ID") else None
         if self.requeue.value and batch is None:
             raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
+        if self.max_idle.is_set and not self.requeue.value:
+            raise UsageError("-max-idle-requeues applies to -requeue: give -requeue")
         metrics = self.metrics_for(call, root)
         world_size = self.world_size_of(call)
         store = self.open(call, root, renew=True).store
@@ -412,6 +445,7 @@ class Run(common.SavesCommand):
             dl, store, call.say, framework, attempt, epoch, call.args, env=call.env, root=root.text,
             interval=self.interval.value, timeout=timeout, signals=signals, keep=keep, resume_arg=resume_arg,
             requeue=requeue, batch=batch, metrics=metrics, world_size=world_size,
+            max_idle_requeues=self.max_idle.value,
         )  # fmt: skip
 
 
