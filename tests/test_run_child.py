@@ -10,6 +10,7 @@ hour. A run that starts imports no subprocess (nor re, locale, selectors).
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import pytest
 from publish.deadline import UNBOUNDED
 from publish.frameworks import FRAMEWORKS
 from publish.stores.posix import PosixStore
+from publish.threads import Worker
 from publish.verbs import Say, child
 from publish.verbs import run as run_verb
 from tests.conftest import REPO, base_env, command, run_cli
@@ -202,8 +204,25 @@ def test_off_the_main_thread_run_looks_every_poll(root: Path, waker: list[child.
     assert (waker[0].via, waker[0].timeout) == ("", child.POLL)
 
 
+def test_the_cli_off_the_main_thread_traps_nothing_and_runs(root: Path) -> None:
+    """No signal handler can be set off the main thread: main sets none (the first attempt fails) and run
+    goes on without, polling."""
+    from publish import cli
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    got: list[int] = []
+    args = ["run", "-checkpoint", str(root), "-framework", "hf", "-attempt", "a", "--", "sh", "-c", "exit 6"]
+    worker = threading.Thread(
+        target=lambda: got.append(cli.main(args, base_env(), io.StringIO(), io.StringIO()))
+    )
+    worker.start()
+    worker.join(60)
+    assert got == [6]
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
 def test_a_signal_landing_on_another_thread_wakes_run(
-    root: Path, tmp_path: Path, waker: list[child.Waker]
+    root: Path, tmp_path: Path, waker: list[child.Waker], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The kernel may deliver SIGTERM to any thread (here: the scans' thread, on purpose); the interpreter's
     handler there writes to the wakeup descriptor, so the main thread wakes and passes SIGTERM on. Without
@@ -216,13 +235,22 @@ def test_a_signal_landing_on_another_thread_wakes_run(
         "time.sleep(20); sys.exit(7)\n"
     )
 
+    scanners: list[run_verb._Scanner] = []
+
+    class Recorded(run_verb._Scanner):
+        def start(self) -> Worker:
+            scanners.append(self)
+            return super().start()
+
+    monkeypatch.setattr(run_verb, "_Scanner", Recorded)
+
     def kill_the_scans_thread() -> None:
         deadline = time.monotonic() + 30
         while not ready.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-        for t in threading.enumerate():
-            if t.name == "publish-run-scans" and t.ident is not None:
-                signal.pthread_kill(t.ident, signal.SIGTERM)
+        scans = scanners[0].thread
+        assert scans is not None and scans.ident is not None and scans.is_alive()
+        signal.pthread_kill(scans.ident, signal.SIGTERM)
 
     sender = threading.Thread(target=kill_the_scans_thread, daemon=True)
     sender.start()
@@ -235,11 +263,16 @@ def test_a_signal_landing_on_another_thread_wakes_run(
     assert "publish: run: passing SIGTERM on to" in r.err
 
 
-def test_run_starts_without_subprocess(root: Path) -> None:
+CLI = "import sys; sys.argv[0] = 'publish'; from publish.cli import run; sys.exit(run())"
+
+
+def test_run_starts_without_subprocess_threading_or_enum(root: Path) -> None:
     """subprocess (with re, locale, selectors) is imported neither to start COMMAND nor for Slurm's job, whose
-    commands run only after a signal or for a requeue (python -X importtime)."""
+    commands run only after a signal or for a requeue; nor threading (functools, collections, ...) nor the
+    signal module's enum: `python -X importtime`, without site (-S), whose .pth files import what they like,
+    and without -m, whose runpy imports importlib.util (functools, contextlib)."""
     r = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "publish", "run", "-checkpoint", str(root), "-framework", "hf",
+        [sys.executable, "-S", "-X", "importtime", "-c", CLI, "run", "-checkpoint", str(root), "-framework", "hf",
          "-attempt", "a", "--", "true"],
         cwd=REPO, env={**base_env(), "SLURM_JOB_ID": "77"}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -247,5 +280,10 @@ def test_run_starts_without_subprocess(root: Path) -> None:
     imported = {
         line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")
     }
-    assert {"threading", "publish.verbs.run", "publish.verbs.child"} <= imported  # the listing is read right
-    assert sorted(imported & {"subprocess", "_posixsubprocess", "re", "locale", "selectors"}) == []
+    assert {
+        "publish.verbs.run",
+        "publish.verbs.child",
+        "publish.threads",
+    } <= imported  # the listing is read right
+    heavy = {"subprocess", "_posixsubprocess", "re", "locale", "selectors", "enum", "signal", "threading"}
+    assert sorted(imported & (heavy | {"functools", "collections", "contextlib"})) == []

@@ -84,7 +84,7 @@ def start(argv: list[str], env: Mapping[str, str]) -> Spawned:
             return _Popened(subprocess.Popen(argv, env=env, process_group=0))  # novm
         # the same setpgid(0, 0) in the child; os.setpgrp is C, so no Python code runs before exec
         return _Popened(subprocess.Popen(argv, env=env, preexec_fn=os.setpgrp))
-    import signal
+    from publish import signals as signal
 
     program = argv[0]
     if os.path.dirname(program):
@@ -139,7 +139,7 @@ class Waker:
     look); :meth:`close` puts back what was there.  ``wakes`` counts the returns of the caller's waits."""
 
     def __init__(self, write_fd: int) -> None:
-        import signal
+        from publish import signals as signal
 
         self.pidfd = -1
         self.wakes = 0
@@ -163,7 +163,7 @@ class Waker:
                 return
             except OSError:  # ENOSYS: a kernel before 5.3
                 pass
-        import signal
+        from publish import signals as signal
 
         self._old_chld = (signal.signal(signal.SIGCHLD, _on_child),)
         self.via = "SIGCHLD"
@@ -179,7 +179,7 @@ class Waker:
         return (self.pidfd,) if self.pidfd >= 0 else ()
 
     def close(self) -> None:
-        import signal
+        from publish import signals as signal
 
         if self.pidfd >= 0:
             os.close(self.pidfd)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 
 from publish.errors import Failure
-from publish.hashing import sha256_hex
 from publish.layout import EXEC
 from publish.redact import shown
 from publish.verbs import Say
@@ -47,6 +46,8 @@ MARK = ".idle-"
 
 def mark_prefix(resumed: Entry | None) -> str:
     """``.idle-<the first 32 hex digits of the SHA-256 of the save's path>-``; the path is "" for none."""
+    from publish.hashing import sha256_hex  # here: only a dispatch about to be requeued needs it
+
     path = "" if resumed is None else resumed.path
     return f"{MARK}{sha256_hex(path.encode('utf-8', 'surrogateescape'))[:32]}-"
 

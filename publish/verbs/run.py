@@ -6,9 +6,7 @@ module owns the rest of the sequence, with the process launcher and the batch sy
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 import time
 
 from publish.deadline import Deadline
@@ -18,6 +16,7 @@ from publish.gocompat import parse_decimal
 from publish.layout import EXEC
 from publish.redact import shown
 from publish.stores.base import Store
+from publish.threads import Flag, Worker
 from publish.verbs import Say, child, common
 from publish.verbs.idle import Budget
 from publish.verbs.prune import Policy, policy_flags, policy_of
@@ -108,8 +107,10 @@ class Process:
         if self.batch is not None:
             self.batch.signal_steps(signum)
             return
-        with contextlib.suppress(ProcessLookupError):  # exited (and reaped) meanwhile
+        try:
             os.killpg(self.pid, signum)
+        except ProcessLookupError:  # exited (and reaped) meanwhile
+            return
 
 
 def is_srun(argv: Sequence[str]) -> bool:
@@ -126,9 +127,13 @@ class _Scanner:
         self.say = say
         self.interval = interval
         self.timeout = timeout
-        self.halt = threading.Event()
+        self.halt = Flag()
         self.fault = False
-        self.thread = threading.Thread(target=self._loop, name="publish-run-scans", daemon=True)
+        self.thread: Worker | None = None
+
+    def start(self) -> Worker:
+        self.thread = Worker(self._loop)
+        return self.thread
 
     def _loop(self) -> None:
         last = ""
@@ -227,7 +232,7 @@ def run(
             proc = launch(argv, child_env)
         waker.watch(proc.pid)
         scanner = _Scanner(watcher, say, interval, timeout)
-        scanner.thread.start()
+        scans = scanner.start()
         code = _wait(proc, signals, waker, batch, say, argv[0])
     finally:
         waker.close()
@@ -245,9 +250,9 @@ def run(
         except PublishError as e:
             say.warn(f"run: could not wait for the job's steps: {e}")
     scanner.halt.set()
-    scanner.thread.join(max(deadline - time.monotonic(), 0))
+    scans.join(max(deadline - time.monotonic(), 0))
     last = None  # the last scan's deadline, which prune then shares
-    if scanner.thread.is_alive():
+    if scans.is_alive():
         say.warn(f"a scan of {store.location(saves)} did not finish within -timeout: no last scan")
         fault = True
     else:
