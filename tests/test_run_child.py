@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from publish import cli
 from publish.deadline import UNBOUNDED
 from publish.frameworks import FRAMEWORKS
 from publish.stores.posix import PosixStore
@@ -207,8 +208,6 @@ def test_off_the_main_thread_run_looks_every_poll(root: Path, waker: list[child.
 def test_the_cli_off_the_main_thread_traps_nothing_and_runs(root: Path) -> None:
     """No signal handler can be set off the main thread: main sets none (the first attempt fails) and run
     goes on without, polling."""
-    from publish import cli
-
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     got: list[int] = []
     args = ["run", "-checkpoint", str(root), "-framework", "hf", "-attempt", "a", "--", "sh", "-c", "exit 6"]
@@ -254,13 +253,27 @@ def test_a_signal_landing_on_another_thread_wakes_run(
 
     sender = threading.Thread(target=kill_the_scans_thread, daemon=True)
     sender.start()
-    r = run_cli(
-        "run", "-checkpoint", str(root), "-framework", "hf", "-attempt", "a", "--", sys.executable, "-c", code,
-        env=base_env(),
-    )  # fmt: skip
+    out, err = (
+        io.StringIO(),
+        io.StringIO(),
+    )  # in this process, whatever PUBLISH_BIN names: its threads are here
+    args = [
+        "run",
+        "-checkpoint",
+        str(root),
+        "-framework",
+        "hf",
+        "-attempt",
+        "a",
+        "--",
+        sys.executable,
+        "-c",
+        code,
+    ]
+    status = cli.main(args, base_env(), out, err)
     sender.join(30)
-    assert r.code == 143, r
-    assert "publish: run: passing SIGTERM on to" in r.err
+    assert status == 143, err.getvalue()
+    assert "publish: run: passing SIGTERM on to" in err.getvalue()
 
 
 CLI = "import sys; sys.argv[0] = 'publish'; from publish.cli import run; sys.exit(run())"
