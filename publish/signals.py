@@ -7,6 +7,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal as _module
     from signal import SIG_BLOCK as SIG_BLOCK
     from signal import SIG_DFL as SIG_DFL
     from signal import SIGCHLD as SIGCHLD
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from signal import signal as signal
     from signal import valid_signals as valid_signals
 else:
+    import _signal as _module
     from _signal import (
         SIG_BLOCK,
         SIG_DFL,
@@ -33,6 +35,15 @@ else:
         valid_signals,
     )
 
+
+def name(signum: int) -> str:
+    """``signal.Signals(signum).name`` without the enum: of the names a number has (SIGABRT and SIGIOT), the
+    first in alphabetical order, as the enum chooses; ``signal N`` for a number that has none.  (A start
+    would otherwise import the enum on its first stop signal, just to say which it was.)"""
+    names = [n for n in dir(_module) if n[:3] == "SIG" and n[:4] != "SIG_" and getattr(_module, n) == signum]
+    return min(names) if names else f"signal {signum}"
+
+
 __all__ = [
     "SIG_BLOCK",
     "SIG_DFL",
@@ -45,4 +56,5 @@ __all__ = [
     "set_wakeup_fd",
     "signal",
     "valid_signals",
+    "name",
 ]

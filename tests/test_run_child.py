@@ -25,6 +25,7 @@ import pytest
 from publish import cli
 from publish.deadline import UNBOUNDED
 from publish.frameworks import FRAMEWORKS
+from publish.signals import name
 from publish.stores.posix import PosixStore
 from publish.threads import Worker
 from publish.verbs import Say, child
@@ -279,17 +280,24 @@ def test_a_signal_landing_on_another_thread_wakes_run(
 CLI = "import sys; sys.argv[0] = 'publish'; from publish.cli import run; sys.exit(run())"
 
 
-def test_run_starts_without_subprocess_threading_or_enum(root: Path) -> None:
+@pytest.mark.parametrize(
+    ("command", "status"),
+    [(["true"], 0), (["sh", "-c", "kill -TERM $PPID; sleep 30"], 143)],
+    ids=["exit", "stop"],
+)
+def test_run_starts_without_subprocess_threading_or_enum(root: Path, command: list[str], status: int) -> None:
     """subprocess (with re, locale, selectors) is imported neither to start COMMAND nor for Slurm's job, whose
     commands run only after a signal or for a requeue; nor threading (functools, collections, ...) nor the
-    signal module's enum: `python -X importtime`, without site (-S), whose .pth files import what they like,
-    and without -m, whose runpy imports importlib.util (functools, contextlib)."""
+    signal module's enum, not even to name the stop signal passed on (COMMAND sends run SIGTERM itself):
+    `python -X importtime`, without site (-S), whose .pth files import what they like, and without -m, whose
+    runpy imports importlib.util (functools, contextlib)."""
     r = subprocess.run(
         [sys.executable, "-S", "-X", "importtime", "-c", CLI, "run", "-checkpoint", str(root), "-framework", "hf",
-         "-attempt", "a", "--", "true"],
-        cwd=REPO, env={**base_env(), "SLURM_JOB_ID": "77"}, capture_output=True, text=True, timeout=60,
+         "-attempt", "a", "--", *command],
+        cwd=REPO, env=base_env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == status, r.stderr
+    assert (status == 143) == ("publish: run: passing SIGTERM on to sh" in r.stderr)
     imported = {
         line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")
     }
@@ -300,3 +308,17 @@ def test_run_starts_without_subprocess_threading_or_enum(root: Path) -> None:
     } <= imported  # the listing is read right
     heavy = {"subprocess", "_posixsubprocess", "re", "locale", "selectors", "enum", "signal", "threading"}
     assert sorted(imported & (heavy | {"functools", "collections", "contextlib"})) == []
+
+
+def test_signal_names_are_the_enums() -> None:
+    """publish.signals.name, which run prints, is signal.Signals(n).name (the alphabetically first of two
+    names for one number), or "signal N" where the enum has none."""
+
+    def enums(n: int) -> str:
+        try:
+            return signal.Signals(n).name
+        except ValueError:
+            return f"signal {n}"
+
+    assert [name(n) for n in range(70)] == [enums(n) for n in range(70)]
+    assert (name(signal.SIGIOT), name(signal.SIGTERM)) == ("SIGABRT", "SIGTERM")

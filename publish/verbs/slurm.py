@@ -28,12 +28,10 @@ STDERR_LIMIT = 64 << 10
 
 
 def signame(signum: int) -> str:
-    import signal
+    """``signal.Signals(signum).name`` (``SIGTERM``), or ``signal N``: publish.signals.name."""
+    from publish.signals import name
 
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
+    return name(signum)
 
 
 class Batch:
