@@ -307,7 +307,7 @@ def test_run_starts_without_subprocess_threading_or_enum(root: Path, command: li
         "publish.threads",
     } <= imported  # the listing is read right
     heavy = {"subprocess", "_posixsubprocess", "re", "locale", "selectors", "enum", "signal", "threading"}
-    assert sorted(imported & (heavy | {"functools", "collections", "contextlib"})) == []
+    assert sorted(imported & (heavy | {"functools", "collections", "contextlib", "warnings"})) == []
 
 
 def test_signal_names_are_the_enums() -> None:

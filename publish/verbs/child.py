@@ -89,8 +89,8 @@ def start(argv: list[str], env: Mapping[str, str]) -> Spawned:
     program = argv[0]
     if os.path.dirname(program):
         candidates = [program]
-    else:  # PATH as the child's environment has it, each directory tried in turn, as Popen does
-        candidates = [os.path.join(d, program) for d in os.get_exec_path(dict(env))]
+    else:  # PATH as the child's environment has it (os.get_exec_path's rule, without its warnings import)
+        candidates = [os.path.join(d, program) for d in env.get("PATH", os.defpath).split(os.pathsep)]
     closes = [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited_descriptors()]
     defaults = [signal.SIGPIPE, signal.SIGXFSZ]  # Python ignores both; Popen's restore_signals puts them back
     first: OSError | None = None
