@@ -14,9 +14,12 @@ Why marks named by the save resumed from, and not a count of the attempts in exe
   directory whose mtime a prune changed, or an epoch given by hand cannot reorder them.
 - No name is parsed.  An attempt may be named anything (``-attempt``, ``DISPATCH_ATTEMPT``), and on Slurm
   its restart number starts again at 0 in a new job; the marks hold neither.
-- Every dispatch leaves one.  A trainer that crashes before its first save writes nothing into its
-  attempt's folder, and on S3 an empty folder does not exist; a mark is an object of its own.  It lies
-  beside the attempts, not in one: a trainer may refuse an output folder that is not empty.
+- Each idle dispatch requeued leaves one, whatever it wrote.  A trainer that crashes before its first save
+  writes nothing into its attempt's folder, and on S3 an empty folder does not exist; a mark is an object
+  of its own.  It lies beside the attempts, not in one: a trainer may refuse an output folder that is not
+  empty (Hugging Face's example scripts do), and the attempt may be the next dispatch's too.
+- Judged last.  After the last scan and the prune: the save a trainer makes on the stop signal, which only
+  the last scan publishes, is progress; an entry whose save is gone is not, as resolve passes it over.
 - One listing.  The marks are files directly in exec/: one directory read on POSIX, one delimited LIST
   (its pages) on S3, whatever the saves hold.
 - Only what run requeued counts.  An attempt made by hand, by ``watch``, or by a job that ended without a
