@@ -115,10 +115,13 @@ def main(
     given = argv[1:]
     dashdash = len(given) > len(args) and given[len(given) - len(args) - 1] == "--"
     restore = None
-    trap = cmd.trap() if cmd.traps and stop is None and _main_thread() else None
+    trap = cmd.trap() if cmd.traps and stop is None else None
     if trap is not None:
-        stop = trap.stop
         restore = _trap(trap)
+        if restore is None:  # not the main thread, where alone a handler can be set
+            trap.stop.close()
+        else:
+            stop = trap.stop
     try:
         call = Call(args, dashdash, env, cwd if cwd is not None else os.getcwd(), Say(out, warn), stop)
         code = cmd.run(call)
@@ -200,12 +203,6 @@ def _own(
     return 2
 
 
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
 _blocked = False  #: set once main() has blocked every signal for the rest of the process (keep_traps)
 
 
@@ -214,22 +211,28 @@ def _block_all() -> None:
     reaches another thread, where the trap's handler (still installed) only notes it.  ``run`` then ends the
     process at once (os._exit): the interpreter's own ending would put back the default handlers while
     other threads, which this mask does not cover, can still receive a signal."""
-    import signal
+    from publish import signals as signal
 
     global _blocked
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     _blocked = True
 
 
-def _trap(trap: Trap) -> Callable[[], None]:
-    """SIGTERM, SIGINT and ``trap.extra`` go to ``trap.handler`` until ``restore``, which closes the stop."""
-    import signal
+def _trap(trap: Trap) -> Callable[[], None] | None:
+    """SIGTERM, SIGINT and ``trap.extra`` go to ``trap.handler`` until ``restore``, which closes the stop;
+    None (nothing changed) off the main thread, where no handler can be set."""
+    from publish import signals as signal  # signal's functions without its enum
 
     def handler(signum: int, frame: object) -> None:
         trap.handler(signum)
 
-    extra = {signal.Signals(trap.extra)} if trap.extra is not None else set()
-    old = {sig: signal.signal(sig, handler) for sig in {signal.SIGTERM, signal.SIGINT} | extra}
+    extra = {trap.extra} if trap.extra is not None else set()
+    old = {}
+    for sig in sorted({signal.SIGTERM, signal.SIGINT} | extra):
+        try:
+            old[sig] = signal.signal(sig, handler)
+        except ValueError:  # not the main thread: the first one fails, and nothing was set
+            return None
 
     def restore() -> None:
         for sig, previous in old.items():
@@ -288,9 +291,12 @@ class _Closable:
 def _closed() -> NoReturn:
     """End the process by SIGPIPE; from a thread other than the main one, which cannot set a signal's
     disposition, with the exit status a shell shows for that (128 + 13)."""
-    import signal
+    from publish import signals as signal
 
-    if _main_thread():
+    try:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    except ValueError:  # not the main thread
+        pass
+    else:
         os.kill(os.getpid(), signal.SIGPIPE)
     os._exit(128 + signal.SIGPIPE)

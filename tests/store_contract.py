@@ -170,6 +170,19 @@ class StoreContract:
         store.create_tombs(UNBOUNDED, sorted(names))
         assert sorted(store.list_tombs(UNBOUNDED)) == sorted(names)
 
+    # -- marks: exec/<name>, run -requeue's record of a dispatch requeued without progress
+
+    def test_create_mark_once_listed_beside_the_attempts(self, store: Store, make_file: MakeFile) -> None:
+        assert store.list_files(UNBOUNDED, layout.EXEC) == []
+        assert store.create_mark(UNBOUNDED, ".idle-ab-1") is True  # exec/ made for it
+        make_file("exec/A/checkpoint-1/w")
+        assert store.create_mark(UNBOUNDED, ".idle-ab-1") is False
+        assert store.create_mark(UNBOUNDED, ".idle-ab-2") is True
+        assert sorted(store.list_files(UNBOUNDED, layout.EXEC)) == [".idle-ab-1", ".idle-ab-2"]
+        assert store.list_folders(UNBOUNDED, layout.EXEC) == ["A"]
+        assert store.list_entries(UNBOUNDED) == [] and store.list_tombs(UNBOUNDED) == []
+        assert store.size(UNBOUNDED, "exec/.idle-ab-1") == 0
+
     # -- what the frameworks read of a save
 
     def test_children_are_the_folders_and_the_files_directly_in_a_folder(

@@ -118,6 +118,7 @@ def test_lazily_imported_modules_are_frozen(binary: Path) -> None:
     wanted = {
         "ssl", "http.client", "xml.etree.ElementTree", "email.parser", "email.message", "hashlib", "hmac",
         "secrets", "signal", "threading", "json", "base64", "urllib.parse", "socket", "selectors", "_ssl",
+        "subprocess",
         "_hashlib", "_publish_boot", "resource", "pickle",
     }  # fmt: skip
     assert wanted <= modules, wanted - modules

@@ -87,6 +87,24 @@ def test_create_entry_fsyncs_file_and_pub(
     assert str(root / "pub") in synced
 
 
+def test_a_mark_is_made_durably_and_never_through_a_link(
+    store: PosixStore, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    assert store.create_mark(UNBOUNDED, ".idle-x-1") is True
+    assert str(root / "exec" / ".idle-x-1") in synced and str(root / "exec") in synced
+    assert str(root) in synced  # exec/ was made: the root is synced too
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "exec").rename(root / "exec-old")
+    (root / "exec").symlink_to(elsewhere)
+    with pytest.raises(Failure, match="exec is a symbolic link"):
+        store.create_mark(UNBOUNDED, ".idle-x-2")
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_remove_entries_fsyncs_pub(store: PosixStore, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     name = layout.name(0, 1, "exec/A/checkpoint-1")
     store.create_entry(UNBOUNDED, name)

@@ -7,6 +7,7 @@ signal comes back by itself. tests/test_slurm.py runs the manual recipe through 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,50 @@ def test_an_array_of_two_tasks_sharing_one_root(job: Run) -> None:
     again = job.submit(steps=2)
     assert job.slurm.ended(again, timeout=90)["JobState"] == "COMPLETED", job.log(again)
     assert f"trainer: resuming from {newest} at step" in job.log(again)
+
+
+# Crashes on the stop signal before its first save (as one that cannot even load its data would): exit 1.
+# One line: scontrol -o shows the job's command in its one line, newlines included.
+CRASHES = [
+    sys.executable, "-c",
+    "import signal, sys, time; "
+    "signal.signal(signal.SIGTERM, lambda *a: sys.exit('trainer: crashed before its first save')); "
+    "print('trainer: loading', flush=True); time.sleep(600)",
+]  # fmt: skip
+
+
+def test_a_trainer_that_never_saves_is_requeued_k_times_then_the_job_fails(
+    slurm: Slurm,  # noqa: F811
+    slurm_publish: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """-max-idle-requeues 2: dispatches 0 and 1 publish nothing and are requeued, dispatch 2 is not: the job
+    ends FAILED, where it would have been requeued for ever. Each dispatch is stopped by scancel -b (the
+    batch shell's SIGTERM, as the warning signal before the time limit sends it)."""
+    script = tmp_path / "slurm_run_idle.sh"
+    script.write_text(SCRIPT.read_text().replace(" -requeue ", " -requeue -max-idle-requeues 2 "))
+    script.chmod(0o755)
+    run = Run(slurm, slurm_publish, tmp_path, script)
+    j = slurm.sbatch(f"--output={run.logs}/%j.out", f"--chdir={run.root}", "--ntasks=1", str(script), *CRASHES,
+                     env=run.env)  # fmt: skip
+    for restarts in range(3):
+        if restarts:
+            slurm.requeued(j, restarts, timeout=90)
+        else:
+            slurm.running(j)
+        slurm.wait_for(
+            lambda n=restarts: run.log(j).count("trainer: loading") > n,
+            60,
+            f"dispatch {restarts} to start; log:\n{run.log(j)}",
+        )
+        slurm.run("scancel", "-b", "--signal=TERM", j)
+    record = slurm.ended(j, timeout=90)
+    log = run.log(j)
+    assert (record["JobState"], record["Restarts"], record["ExitCode"]) == ("FAILED", "2", "1:0"), log
+    assert log.count(f"publish: run: asked Slurm to requeue job {j}") == 2, log
+    assert "idle requeue 1 of at most 2 in a row" in log and "idle requeue 2 of at most 2 in a row" in log
+    assert (
+        f"publish: run: job {j} not requeued: this dispatch and the 2 before it, each requeued, published "
+        "nothing (it had no save to resume from) (-max-idle-requeues 2); exiting non-zero, so the job ends FAILED"
+    ) in log
+    assert len([n for n in (run.root / "exec").iterdir() if n.name.startswith(".idle-")]) == 2

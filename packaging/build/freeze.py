@@ -123,8 +123,8 @@ def make_python(repo: Path, frozen: Path, boot: Path) -> None:
     """A frozen folder made of this interpreter and the compiled modules it will run:
 
     FROZEN/publish                        the interpreter (its executable, renamed)
-    FROZEN/lib/pythonXY.zip               the modules every start imports (POSIX verbs, help, version),
-                                          stored uncompressed, and _publish_boot
+    FROZEN/lib/pythonXY.zip               the modules version, help, a POSIX resolve and a POSIX run
+                                          import, stored uncompressed, and _publish_boot
     FROZEN/lib/more.zip                   every other module the package reaches (S3, Vault, TLS, ...),
                                           deflated; packaging/build/boot.py puts it last on sys.path
     FROZEN/lib/pythonX.Y/os.pyc           the landmark by which the interpreter finds its prefix (FROZEN)
@@ -204,8 +204,9 @@ def make_python(repo: Path, frozen: Path, boot: Path) -> None:
 
 
 def hot_modules(repo: Path) -> set[str]:
-    """The modules this interpreter, isolated and without site, imports for `version`, `help` and a POSIX
-    `resolve` (found and not found), run from the source."""
+    """The modules this interpreter, isolated and without site, imports for `version`, `help`, a POSIX
+    `resolve` (found and not found) and a POSIX `run` (the job scripts' verb, whose start is held to 1.3x a
+    resolve's: bench/run_lag.py), run from the source."""
     import tempfile
 
     sys.path.insert(0, str(repo))
@@ -219,10 +220,14 @@ def hot_modules(repo: Path) -> set[str]:
         (root / "exec" / "1" / "checkpoint-10").mkdir(parents=True)
         (root / "pub" / layout.name(0, 10, "exec/1/checkpoint-10")).write_bytes(b"")
         out = Path(tmp) / "modules"
+        # written at exit, and before os._exit, with which run and watch end
         code = (
-            "import atexit, sys\n"
+            "import atexit, os, sys\n"
             f"sys.path.insert(0, {str(repo)!r})\n"
-            f"atexit.register(lambda: open({str(out)!r}, 'a').write(' '.join(sys.modules) + '\\n'))\n"
+            f"note = lambda: open({str(out)!r}, 'a').write(' '.join(sys.modules) + '\\n')\n"
+            "atexit.register(note)\n"
+            "end = os._exit\n"
+            "os._exit = lambda code: (atexit.unregister(note), note(), end(code))\n"
             "sys.argv[0] = 'publish'\n"
             "from publish.cli import run\n"
             "sys.exit(run())\n"
@@ -232,6 +237,7 @@ def hot_modules(repo: Path) -> set[str]:
             ["help"],
             ["resolve", "-checkpoint", str(root)],
             ["resolve", "-checkpoint", tmp + "/no"],
+            ["run", "-checkpoint", str(root), "-framework", "hf", "-attempt", "hot", "--", "true"],
         ):
             r = subprocess.run([sys.executable, "-I", "-S", "-c", code, *args], capture_output=True, cwd=tmp)
             if args == ["version"] and r.returncode != 0:

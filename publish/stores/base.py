@@ -178,6 +178,16 @@ class Store(Protocol):
         fine.  S3: one DELETE each."""
         ...
 
+    def create_mark(self, dl: Deadline, name: str) -> bool:
+        """Create the empty file ``exec/<name>`` exclusively, durable before returning: ``run -requeue``'s
+        record of a dispatch requeued without progress (``name`` is one path element, never a save's folder).
+
+        True when this call created it; False when it was already there.  exec/ is created when missing.
+        POSIX: ``O_CREAT|O_EXCL`` in exec/ opened without following a link, then fsync of the file and of
+        exec/.  S3: an empty PUT with ``If-None-Match: *``.  They are listed with ``list_files(exec)``.
+        """
+        ...
+
     # -- generic file operations on paths relative to the root: saves and what the frameworks read
 
     def holds(self, dl: Deadline, path: str) -> bool:

@@ -131,8 +131,16 @@ class PosixStore(PosixFiles):
         finally:
             os.close(fd)
 
-    def _create_in(self, pub_fd: int, name: str) -> bool:
-        path = self._full(f"{PUB}/{name}")
+    def create_mark(self, dl: Deadline, name: str) -> bool:
+        fd = self._made_top(EXEC, 2, f"{self._full(EXEC)} was removed while a mark was being made in it")
+        try:
+            return self._create_in(fd, name, EXEC)
+        finally:
+            os.close(fd)
+
+    def _create_in(self, pub_fd: int, name: str, top: str = PUB) -> bool:
+        """Create the empty ``name`` in the directory ``pub_fd`` (the root's ``top``) exclusively, durably."""
+        path = self._full(f"{top}/{name}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
         try:
             fd = os.open(name, flags, 0o644, dir_fd=pub_fd)
@@ -231,7 +239,7 @@ class PosixStore(PosixFiles):
     # -- tombstones: tomb/ is reached through descriptors, never through a link, like pub/
 
     def _made_top(self, name: str, opens: int, vanished: str) -> int:
-        """A descriptor of pub/ or tomb/, made (durably: the root fsynced) when missing, opened at most
+        """A descriptor of pub/, tomb/ or exec/, made (durably: the root fsynced) when missing, opened at most
         ``opens`` times; a Failure saying ``vanished`` when another process keeps removing it."""
         root = self._open_root()
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from publish.errors import Failure, StoreError
-from publish.layout import PUB, ROOT_OBJECT, S3_KEY_MAX, TOMB
+from publish.layout import EXEC, PUB, ROOT_OBJECT, S3_KEY_MAX, TOMB
 from publish.redact import shown
 from publish.s3client import S3Client
 from publish.stores.base import LastChange, Removal, Upload
@@ -118,6 +118,9 @@ class S3Store:
                 "the save's path is too long"
             )
         return self.client.put_if_absent(key, deadline=dl)
+
+    def create_mark(self, dl: Deadline, name: str) -> bool:
+        return self.client.put_if_absent(self.key(f"{EXEC}/{name}"), deadline=dl)
 
     def remove_entries(self, dl: Deadline, names: list[str]) -> None:
         self.client.delete_objects([self.key(f"{PUB}/{n}") for n in names], deadline=dl)

@@ -44,33 +44,43 @@ def unpublished_saves(dl: Deadline, store: Store) -> int:
     return count
 
 
-def resolve(dl: Deadline, store: Store, say: Say) -> None:
-    """Print the newest entry's save that exists, passing over (on stderr) entries whose save is gone.
-
-    Entries but no existing save is a Failure.  The hint about unpublished saves never fails the verb."""
-    store.check_root(dl)
+def newest_save(dl: Deadline, store: Store, say: Say) -> layout.Entry | None:
+    """The newest entry whose save exists, passing over (on stderr) entries whose save is gone; None when
+    pub/ is empty.  Entries but no existing save is a Failure."""
     names = store.list_entries(dl)
     where = store.location(PUB)
     for entry in newest_first(names, where):
         # One lstat on POSIX, one LIST (max-keys=1) on S3 for a save that is there: the answer is never a
         # save deleted by hand, by a framework's rotation or by a library's retention.
         if store.holds(dl, entry.path):
-            say.out(shown(store.location(entry.path)))  # a control character: quoted, never ambiguous
-            return
+            return entry
         say.warn(
             f"{shown(where + '/' + entry.name)} names {shown(store.location(entry.path))}, which does not exist: passed over"
         )
     if names:
         raise Failure(f"{shown(where)}: none of its {len(names)} entries names a save that exists")
+    return None
+
+
+def resolve(dl: Deadline, store: Store, say: Say) -> layout.Entry | None:
+    """Print the newest entry's save that exists (newest_save), and return its entry.
+
+    With nothing published: a missing root fails, and a hint about unpublished saves never fails the verb."""
+    store.check_root(dl)
+    entry = newest_save(dl, store, say)
+    if entry is not None:
+        say.out(shown(store.location(entry.path)))  # a control character: quoted, never ambiguous
+        return entry
     store.check_exists(dl)  # S3: a prefix holding nothing at all is a typo, not a new run
     if store.cheap_listing:
         try:
             n = unpublished_saves(dl, store)
         except (Failure, OSError) as e:  # advice only: it never changes the answer or the exit code
             say.warn(f"no publication; could not look for unpublished saves: {e}")
-            return
+            return None
         if n:
             say.warn(f"no publication, but {EXEC}/ holds {n} saves: was watch running?")
+    return None
 
 
 class Resolve(common.Command):

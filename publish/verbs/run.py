@@ -6,11 +6,7 @@ module owns the rest of the sequence, with the process launcher and the batch sy
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
-import sys
-import threading
 import time
 
 from publish.deadline import Deadline
@@ -20,7 +16,9 @@ from publish.gocompat import parse_decimal
 from publish.layout import EXEC
 from publish.redact import shown
 from publish.stores.base import Store
-from publish.verbs import Say, common
+from publish.threads import Flag, Worker
+from publish.verbs import Say, child, common
+from publish.verbs.idle import Budget
 from publish.verbs.prune import Policy, orphan_flags, orphans_of, policy_flags, policy_of
 from publish.verbs.resolve import resolve
 from publish.verbs.slurm import LIVE, Batch, signame
@@ -34,14 +32,14 @@ if TYPE_CHECKING:
     class Child(Protocol):
         """COMMAND once started: its exit status (``Popen.returncode`` style) and a way to signal it."""
 
+        pid: int
+
         def poll(self) -> int | None: ...
         def signal(self, signum: int) -> None: ...
 
     Launch = Callable[[list[str], dict[str, str]], Child]
 
     from publish.verbs.metrics import Metrics
-
-POLL = 0.1  # how often the exit of COMMAND is looked for while no signal arrives
 
 
 class Signals(SignalStop):
@@ -55,12 +53,17 @@ class Signals(SignalStop):
         self.received.append(signum)
         self.set()
 
-    def wait_past(self, count: int, timeout: float) -> None:
-        """Return once more than ``count`` signals were received, or after ``timeout`` seconds."""
+    def wakeup_fd(self) -> int:
+        """The pipe's write end (non-blocking), for ``signal.set_wakeup_fd``."""
+        return self._write
+
+    def wait_past(self, count: int, timeout: float, also: tuple[int, ...] = ()) -> None:
+        """Return once more than ``count`` signals were received, a descriptor of ``also`` is readable (a
+        pidfd: COMMAND exited), or after ``timeout`` seconds."""
         import select
 
-        ready, _, _ = select.select([self._read], [], [], 0 if len(self.received) > count else timeout)
-        if ready:
+        ready, _, _ = select.select([self._read, *also], [], [], 0 if len(self.received) > count else timeout)
+        if self._read in ready:
             os.read(self._read, 4096)  # the wake-up bytes; a flood of signals never fills the pipe
 
 
@@ -91,23 +94,23 @@ class Process:
 
     def __init__(self, argv: list[str], env: dict[str, str], batch: Batch | None) -> None:
         try:
-            if sys.version_info >= (3, 11):
-                self.popen = subprocess.Popen(argv, env=env, process_group=0)  # novm
-            else:  # the same setpgid(0, 0) in the child; os.setpgrp is C, so no Python code runs before exec
-                self.popen = subprocess.Popen(argv, env=env, preexec_fn=os.setpgrp)
+            self.started = child.start(argv, env)  # as subprocess.Popen(argv, env=env, process_group=0)
         except OSError as e:
             raise Failure(f"cannot start {shown(argv[0])}: {e.strerror or e}") from None
+        self.pid = self.started.pid
         self.batch = batch
 
     def poll(self) -> int | None:
-        return self.popen.poll()
+        return self.started.poll()
 
     def signal(self, signum: int) -> None:
         if self.batch is not None:
             self.batch.signal_steps(signum)
             return
-        with contextlib.suppress(ProcessLookupError):  # exited (and reaped) meanwhile
-            os.killpg(self.popen.pid, signum)
+        try:
+            os.killpg(self.pid, signum)
+        except ProcessLookupError:  # exited (and reaped) meanwhile
+            return
 
 
 def is_srun(argv: Sequence[str]) -> bool:
@@ -124,9 +127,13 @@ class _Scanner:
         self.say = say
         self.interval = interval
         self.timeout = timeout
-        self.halt = threading.Event()
+        self.halt = Flag()
         self.fault = False
-        self.thread = threading.Thread(target=self._loop, name="publish-run-scans", daemon=True)
+        self.thread: Worker | None = None
+
+    def start(self) -> Worker:
+        self.thread = Worker(self._loop)
+        return self.thread
 
     def _loop(self) -> None:
         last = ""
@@ -179,14 +186,17 @@ def run(
     batch: Batch | None = None,
     metrics: Metrics | None = None,
     world_size: int = 0,
+    max_idle_requeues: int = 3,
 ) -> int:
-    """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish."""
+    """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish, or
+    after a requeue refused to an idle dispatch (publish.verbs.idle)."""
     if requeue and (batch is None or not batch.job):
         raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
     saves = f"{EXEC}/{attempt}"
     found: list[str] = []
-    resolve(dl, store, Say(found.append, say.warn))
+    resumed = resolve(dl, store, Say(found.append, say.warn))
     resume = found[0] if found else ""
+    budget = Budget(store, max_idle_requeues, resumed) if requeue else None
     say.warn(f"run: resuming from {resume}" if resume else "run: no save to resume from")
 
     child_env = dict(env)
@@ -208,28 +218,26 @@ def run(
     )
     if signals.received:
         say.warn(f"run: stopped by {signame(signals.received[0])} before {argv[0]} started")
-        return _finish(say, status_of(-signals.received[0]), False, None, keep, requeue, batch, metrics)
+        if budget is not None:
+            budget.dl = Deadline(timeout)  # nothing was scanned, and nothing published
+        return _finish(
+            say, status_of(-signals.received[0]), False, None, keep, requeue, batch, metrics, budget
+        )
     through_srun = batch is not None and bool(batch.job) and is_srun(argv)
-    if launch is None:
-        child: Child = Process(argv, child_env, batch if through_srun else None)
-    else:
-        child = launch(argv, child_env)
-    scanner = _Scanner(watcher, say, interval, timeout)
-    scanner.thread.start()
-
-    passed = 0
-    fault = False
-    while True:
-        code = child.poll()
-        while passed < len(signals.received):
-            sig = signals.received[passed]
-            passed += 1
-            if code is None:
-                _pass_on(sig, child, batch, say, argv[0])
-        if code is not None:
-            break
-        signals.wait_past(passed, POLL)
+    waker = child.Waker(signals.wakeup_fd())
+    try:
+        if launch is None:
+            proc: Child = Process(argv, child_env, batch if through_srun else None)
+        else:
+            proc = launch(argv, child_env)
+        waker.watch(proc.pid)
+        scanner = _Scanner(watcher, say, interval, timeout)
+        scans = scanner.start()
+        code = _wait(proc, signals, waker, batch, say, argv[0])
+    finally:
+        waker.close()
     status = status_of(code)
+    fault = False
     stopped = bool(signals.received)
 
     deadline = time.monotonic() + timeout
@@ -242,9 +250,9 @@ def run(
         except PublishError as e:
             say.warn(f"run: could not wait for the job's steps: {e}")
     scanner.halt.set()
-    scanner.thread.join(max(deadline - time.monotonic(), 0))
+    scans.join(max(deadline - time.monotonic(), 0))
     last = None  # the last scan's deadline, which prune then shares
-    if scanner.thread.is_alive():
+    if scans.is_alive():
         say.warn(f"a scan of {store.location(saves)} did not finish within -timeout: no last scan")
         fault = True
     else:
@@ -254,12 +262,34 @@ def run(
             say.warn(describe(e))
             fault = True
     fault = fault or scanner.fault or watcher.fault
+    if budget is not None:
+        budget.dl = last
     return _finish(
-        say, status, fault, (store, last) if last else None, keep, requeue and stopped, batch, metrics
+        say, status, fault, (store, last) if last else None, keep, requeue and stopped, batch, metrics, budget
     )
 
 
-def _pass_on(sig: int, child: Child, batch: Batch | None, say: Say, name: str) -> None:
+def _wait(
+    command: Child, signals: Signals, waker: child.Waker, batch: Batch | None, say: Say, name: str
+) -> int:
+    """COMMAND's exit status once it has exited, each stop signal received meanwhile passed on to it.
+
+    Woken by COMMAND's exit and by each signal (child.Waker), not by a clock: it looks again at once."""
+    passed = 0
+    while True:
+        code = command.poll()
+        while passed < len(signals.received):
+            sig = signals.received[passed]
+            passed += 1
+            if code is None:
+                _pass_on(sig, command, batch, say, name)
+        if code is not None:
+            return code
+        signals.wait_past(passed, waker.timeout, waker.fds())
+        waker.wakes += 1
+
+
+def _pass_on(sig: int, command: Child, batch: Batch | None, say: Say, name: str) -> None:
     """Send ``sig`` to COMMAND, unless Slurm has sent it to every process of the job already.
 
     scancel and scontrol requeue make the job COMPLETING before they signal it (and scancel would wait on such
@@ -275,7 +305,7 @@ def _pass_on(sig: int, child: Child, batch: Batch | None, say: Say, name: str) -
             return
     say.warn(f"run: passing {signame(sig)} on to {name}")
     try:
-        child.signal(sig)
+        command.signal(sig)
     except PublishError as e:  # COMMAND's own exit status tells what came of it
         say.warn(f"run: could not pass {signame(sig)} on: {e}")
 
@@ -289,11 +319,12 @@ def _finish(
     requeue: bool,
     batch: Batch | None,
     metrics: Metrics | None = None,
+    budget: Budget | None = None,
 ) -> int:
-    """Prune (after a last scan that finished), requeue when asked, and the exit status; the metrics file is
-    written last, whatever happens."""
+    """Prune (after a last scan that finished), requeue when asked (and the idle budget allows), and the exit
+    status; the metrics file is written last, whatever happens."""
     try:
-        return _prune_and_requeue(say, status, fault, scanned, keep, requeue, batch, metrics)
+        return _prune_and_requeue(say, status, fault, scanned, keep, requeue, batch, metrics, budget)
     finally:
         if metrics is not None:
             metrics.flush(say.warn)
@@ -308,6 +339,7 @@ def _prune_and_requeue(
     requeue: bool,
     batch: Batch | None,
     metrics: Metrics | None,
+    budget: Budget | None,
 ) -> int:
     if keep is not None:
         if scanned is None:
@@ -328,6 +360,10 @@ def _prune_and_requeue(
             # After scancel or scontrol requeue the job is COMPLETING: Slurm ends it or brings it back itself,
             # and a requeue now would revive a job someone cancelled.
             if state in LIVE:
+                allowed, failed = _may_requeue(budget, say, batch.job)
+                fault = fault or failed
+                if not allowed:
+                    return status or 1  # so Slurm ends the job FAILED
                 batch.requeue()
                 say.warn(f"run: asked Slurm to requeue job {batch.job}")
                 if metrics is not None:
@@ -342,11 +378,24 @@ def _prune_and_requeue(
     return status
 
 
+def _may_requeue(budget: Budget | None, say: Say, job: str) -> tuple[bool, bool]:
+    """(allowed, failed): allowed is False when -max-idle-requeues refuses this idle dispatch its requeue;
+    a store failing on the way is said, and the job requeued all the same (failed: the exit status is 1
+    where COMMAND's was 0)."""
+    if budget is None:
+        return True, False
+    try:
+        return budget.allows(say, job), False
+    except Exception as e:
+        say.warn(f"run: could not count the idle requeues ({describe(e)}): requeued all the same")
+        return True, True
+
+
 class Run(common.SavesCommand):
     name = "run"
     synopsis = (
         f"publish run {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
-        "[-keep N [-keep-every K] [-keep-within D] [-orphans [-orphans-age 1h]]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue] -- COMMAND [ARG...]"
+        "[-keep N [-keep-every K] [-keep-within D] [-orphans [-orphans-age 1h]]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue [-max-idle-requeues K]] -- COMMAND [ARG...]"
     )
     summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"
     attempt_usage = "the execution `A`: saves go to ROOT/exec/A (env DISPATCH_ATTEMPT; default: from Slurm's job, else unique)"
@@ -365,6 +414,8 @@ class Run(common.SavesCommand):
         self.signal = fs.custom("signal", None, sig, common.parse_signal, "SIG")
         requeue = "Slurm only: after a stop by a signal, ask Slurm to run the job again"
         self.requeue = fs.boolean("requeue", False, requeue)
+        idle = "with -requeue: after `K` dispatches in a row were requeued without publishing, do not requeue"
+        self.max_idle = fs.custom("max-idle-requeues", 3, idle, lambda t: parse_decimal(t, minimum=0), "K")
 
     def trap(self) -> common.Trap:
         signals = Signals()
@@ -383,6 +434,8 @@ class Run(common.SavesCommand):
         batch = Batch(call.env, timeout) if call.env.get("SLURM_JOB_ID") else None
         if self.requeue.value and batch is None:
             raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
+        if self.max_idle.is_set and not self.requeue.value:
+            raise UsageError("-max-idle-requeues applies to -requeue: give -requeue")
         metrics = self.metrics_for(call, root)
         world_size = self.world_size_of(call)
         store = self.open(call, root, renew=True).store
@@ -403,6 +456,7 @@ class Run(common.SavesCommand):
             dl, store, call.say, framework, attempt, epoch, call.args, env=call.env, root=root.text,
             interval=self.interval.value, timeout=timeout, signals=signals, keep=keep, resume_arg=resume_arg,
             requeue=requeue, batch=batch, metrics=metrics, world_size=world_size,
+            max_idle_requeues=self.max_idle.value,
         )  # fmt: skip
 
 

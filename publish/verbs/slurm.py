@@ -1,12 +1,11 @@
-"""The batch system around ``publish run``: Slurm, asked through its own commands (scancel, squeue, scontrol)."""
+"""The batch system around ``publish run``: Slurm, asked through its own commands (scancel, squeue, scontrol).
+
+subprocess and selectors are imported when a command is run, not with the module: ``publish run`` starts
+without them (publish.verbs.child), and asks Slurm only after a signal, or to requeue."""
 
 from __future__ import annotations
 
-import io
 import os
-import selectors
-import signal
-import subprocess
 import time
 
 from publish.errors import Failure
@@ -29,10 +28,10 @@ STDERR_LIMIT = 64 << 10
 
 
 def signame(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
+    """``signal.Signals(signum).name`` (``SIGTERM``), or ``signal N``: publish.signals.name."""
+    from publish.signals import name
+
+    return name(signum)
 
 
 class Batch:
@@ -44,6 +43,8 @@ class Batch:
         self.timeout = timeout
 
     def _run(self, *argv: str, limit: float = 10) -> str:
+        import subprocess
+
         try:
             code, out, err = _bounded(argv, self.env, min(self.timeout, limit))
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -71,6 +72,9 @@ class Batch:
 def _bounded(argv: tuple[str, ...], env: dict[str, str], timeout: float) -> tuple[int, str, str]:
     """Run ``argv`` as ``subprocess.run(capture_output=True, text=True, timeout=timeout)`` does, but stop it
     (killed and reaped) with a Failure as soon as its stdout or stderr is over its limit."""
+    import io
+    import subprocess
+
     deadline = time.monotonic() + timeout
     with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
         files = (p.stdout, p.stderr)
@@ -98,6 +102,9 @@ def _read(
     argv: tuple[str, ...], deadline: float, timeout: float, got: dict[int, bytearray]
 ) -> dict[int, bytearray]:
     """Read both pipes (stdout's fd first in ``got``) to their end, each up to its limit, until ``deadline``."""
+    import selectors
+    import subprocess
+
     stdout, stderr = got
     caps = {stdout: ("stdout", STDOUT_LIMIT), stderr: ("stderr", STDERR_LIMIT)}
     with selectors.DefaultSelector() as sel:

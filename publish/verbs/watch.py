@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 
 from publish import layout, roots
 from publish.deadline import UNBOUNDED, Deadline
@@ -13,6 +11,7 @@ from publish.frameworks import CHOICES, Framework
 from publish.layout import EXEC, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
+from publish.threads import Flag, Worker
 from publish.verbs import Say, common
 from publish.verbs.publish import DOOMED, doomed_folders, publish_entry
 
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     from publish.verbs.metrics import Metrics
 
     class Stop(Protocol):
-        """What ``watch`` waits on: a ``threading.Event``, or a :class:`SignalStop`."""
+        """What ``watch`` waits on: a ``threading.Event`` (or publish.threads.Flag), or a :class:`SignalStop`."""
 
         def is_set(self) -> bool: ...
         def wait(self, timeout: float | None = None) -> bool: ...
@@ -46,8 +45,10 @@ class SignalStop:
 
     def set(self) -> None:
         self._flag = True
-        with contextlib.suppress(OSError):  # the pipe is full (it is awake already) or closed
+        try:
             os.write(self._write, b"\0")
+        except OSError:  # the pipe is full (it is awake already) or closed
+            return
 
     def is_set(self) -> bool:
         return self._flag
@@ -192,8 +193,7 @@ def _bounded(scan: Watcher, dl: Deadline) -> Deadline:
         except BaseException as e:  # handed to the caller's thread
             errors.append(e)
 
-    worker = threading.Thread(target=run, name="publish-last-scan", daemon=True)
-    worker.start()
+    worker = Worker(run)
     worker.join(dl.left())
     if worker.is_alive():
         raise Failure(f"the last scan of {scan.store.location(scan.saves)} did not finish within -timeout")
@@ -258,7 +258,7 @@ class Watch(common.SavesCommand):
         metrics = self.metrics_for(call, root)
         world_size = self.world_size_of(call)
         store = self.open(call, root, renew=True).store
-        stop = call.stop or threading.Event()
+        stop = call.stop or Flag()
         watch(
             store, call.say, framework, saves, epoch, self.interval.value, self.timeout.value, stop, metrics,
             world_size,
