@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -101,22 +102,22 @@ def test_command_gets_no_other_descriptor_default_signals_and_a_group_of_its_own
     Python program does); COMMAND gets neither, and leads a process group of its own."""
     held = tmp_path / "held"
     held.write_text("x")
-    fd = os.open(held, os.O_RDONLY)
     source = (
         [sys.executable, "-m", "publish"]
         if start_path == "posix_spawn"
         else [sys.executable, "-c", SUBPROCESS_PATH]
     )
     argv = [*(command() or source), "run", "-checkpoint", str(root), "-framework", "hf", "-attempt", "a"]
-    try:
-        os.dup2(fd, 47)  # inheritable
-        r = subprocess.run(
-            [*argv, "--", "sh", "-c", PROBE], env={**base_env(), "PYTHONPATH": str(REPO)}, pass_fds=(47,),
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-    finally:
-        os.close(fd)
-        os.close(47)
+    # bash opens descriptor 47 (inheritable) and becomes publish run: the test process's own descriptor 47
+    # (a server's socket, in a full run) is never touched.
+    line = f"exec 47<{shlex.quote(str(held))}; exec {shlex.join([*argv, '--', 'sh', '-c', PROBE])}"
+    r = subprocess.run(
+        ["bash", "-c", line],
+        env={**base_env(), "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 5, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "fd47 closed" and lines[2] == "group leader", r.stdout
