@@ -227,6 +227,7 @@ def test_a_leftover_that_cannot_be_examined_or_read_is_left_in_place_with_why(
         return real(fd, *a)
 
     monkeypatch.setattr(fsops, "newest_tree", refused)
+    monkeypatch.delenv("PUBLISH_BIN", raising=False)  # the refusal is planted in this process: run it here
     r = run_cli(*prune_args(root, "-orphans", "-orphans-age", AGE, "-attempt", "C"))
     assert r.code == 0, r
     assert r.err == (
