@@ -21,25 +21,13 @@ from publish.errors import Failure
 from publish.layout import clean_relative
 from publish.redact import quoted
 
+# How a .metadata is read (in the process up to IN_PROCESS bytes, else in a child under the deadline, the C
+# reader first, within an address-space cap) is publish.torch_pickle's rule, which a DeepSpeed data.pkl
+# shares.  Imported by name, so that a test may change them here.
+from publish.torch_pickle import FAST_BASE, FAST_RATE, IN_PROCESS, MEMORY_BASE, MEMORY_PER_BYTE
+
 #: A .metadata over this is refused (a save with millions of items stays far below it).
 LIMIT = 64 * 1024 * 1024
-#: A .metadata up to this size is read in the process, by the guarded reader: a few milliseconds whatever it
-#: holds, in Python code between whose steps a signal handler runs.  (The C reader was used before, and a
-#: few hundred bytes made one of its calls last for ever: a key built of 2^40 shared tuples to hash, or a
-#: memo index of 10^9 that it allocates and zeroes 8 bytes per index for.)  A larger one is read in a forked
-#: child under the deadline (publish.forked): 560 KB of colliding keys held the interpreter for 20 s in one C
-#: call.
-IN_PROCESS = 16 * 1024
-#: The C reader reads a real .metadata at about 9 MB/s here: one given FAST_BASE seconds plus a second per
-#: FAST_RATE bytes (ten times that) and not done has dicts whose keys collide, and is read again by the
-#: guarded reader, linear whatever the file holds.  Either way the deadline bounds the whole.
-FAST_BASE = 0.5
-FAST_RATE = 1_000_000
-#: The child's address space beyond the process's: a real .metadata takes about 8 bytes of memory per byte
-#: of file to read (16 by the guarded reader); a file that needs more than this fails with MemoryError in the
-#: child, where it cannot take the node's memory from the training job beside it.
-MEMORY_PER_BYTE = 32
-MEMORY_BASE = 256 * 1024 * 1024
 
 #: Modules whose globals a DCP save's pickle may name (each becomes an inert record).
 _ALLOWED_ROOTS = ("torch",)

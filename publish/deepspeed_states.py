@@ -21,6 +21,7 @@ from __future__ import annotations
 from publish import torch_pickle, ziptail
 from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import Failure
+from publish.torch_pickle import FAST_BASE, FAST_RATE, IN_PROCESS, MEMORY_BASE, MEMORY_PER_BYTE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -28,14 +29,6 @@ if TYPE_CHECKING:
 
 #: A data.pkl over this is refused (a model's parameter names and shapes stay far below it).
 LIMIT = 64 * 1024 * 1024
-#: A data.pkl up to this size is read in the process by the guarded reader, a larger one in a forked child
-#: under the deadline, first by the C reader for FAST_BASE seconds plus a second per FAST_RATE bytes, with
-#: an address space of MEMORY_PER_BYTE per byte plus MEMORY_BASE: as a DCP .metadata is (publish.dcp_metadata).
-IN_PROCESS = 16 * 1024
-FAST_BASE = 0.5
-FAST_RATE = 1_000_000
-MEMORY_PER_BYTE = 32
-MEMORY_BASE = 256 * 1024 * 1024
 #: A world size over this is refused: watch would look for that many files.
 RANKS_LIMIT = 1 << 20
 
