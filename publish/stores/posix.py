@@ -3,6 +3,10 @@
 Everything is looked up relative to a descriptor of the root, opened once per call (the root may be a
 link).  pub/ and exec/ must be real directories: they are opened with ``O_NOFOLLOW``, so one swapped for a
 link after a check is refused, not followed.  Removal walks down with ``O_NOFOLLOW`` too (publish.fsops).
+
+One store made of two parts: the root's directories (:class:`publish.stores.posix_root.RootDirs`: the root's
+descriptor, pub/, exec/ and tomb/ never through a link) and the generic file operations over them
+(:class:`publish.stores.posix_files.PosixFiles`); the entry, mark and tombstone operations are here.
 """
 
 from __future__ import annotations
@@ -15,26 +19,73 @@ from publish.deadline import Deadline
 from publish.errors import Failure, FileError
 from publish.layout import EXEC, POSIX_NAME_MAX, PUB, TOMB
 from publish.redact import shown
-from publish.stores.base import Removal, Upload
+from publish.stores.base import LastChange, Removal, Upload
 from publish.stores.posix_files import PosixFiles
-from publish.stores.posix_root import _O_CLOEXEC, _O_NOFOLLOW, _entry_kind
+from publish.stores.posix_root import RootDirs, entry_kind
+
+_O_NOFOLLOW = fsops.O_NOFOLLOW
+_O_CLOEXEC = fsops.O_CLOEXEC
 
 
-class PosixStore(PosixFiles):
+class PosixStore:
     """A checkpoint root that is a directory.  ``root`` is absolute and lexically clean; it may be a link."""
 
     cheap_listing = True
 
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._dirs = RootDirs(root)
+        self._files = PosixFiles(self._dirs)
+
+    def location(self, path: str) -> str:
+        return self._dirs.full(path)
+
+    # -- generic file operations: the files part
+
+    def holds(self, dl: Deadline, path: str) -> bool:
+        return self._files.holds(dl, path)
+
+    def list_folders(
+        self, dl: Deadline, path: str, unexamined: list[tuple[str, str]] | None = None
+    ) -> list[str]:
+        return self._files.list_folders(dl, path, unexamined)
+
+    def read(self, dl: Deadline, path: str, limit: int) -> bytes | None:
+        return self._files.read(dl, path, limit)
+
+    def exists(self, dl: Deadline, path: str) -> bool:
+        return self._files.exists(dl, path)
+
+    def children(self, dl: Deadline, path: str) -> tuple[list[str], list[str]]:
+        return self.list_folders(dl, path), self.list_files(dl, path)
+
+    def list_files(self, dl: Deadline, path: str) -> list[str]:
+        return self._files.list_files(dl, path)
+
+    def sizes(self, dl: Deadline, path: str) -> dict[str, int]:
+        return self._files.sizes(dl, path)
+
+    def newest(self, dl: Deadline, path: str) -> LastChange:
+        return self._files.newest(dl, path)
+
+    def size(self, dl: Deadline, path: str) -> int | None:
+        return self._files.size(dl, path)
+
+    def read_range(self, dl: Deadline, path: str, offset: int, length: int) -> bytes | None:
+        return self._files.read_range(dl, path, offset, length)
+
+    # -- the root, pub/ and exec/
+
     def check_root(self, dl: Deadline) -> None:
-        fd = self._open_root()
+        fd = self._dirs.open_root()
         try:
             for name in (PUB, EXEC):
                 try:
                     st = fsops.lstat_at(fd, name)
                 except OSError as e:
-                    raise FileError(self._full(name), e) from None
+                    raise FileError(self._dirs.full(name), e) from None
                 if st is not None and not stat.S_ISDIR(st.st_mode):
-                    raise self._not_a_directory(name, st)
+                    raise self._dirs.not_a_directory(name, st)
         finally:
             os.close(fd)
 
@@ -83,7 +134,7 @@ class PosixStore(PosixFiles):
     def _scan_pub(self, times: bool) -> dict[str, float]:
         """One read of pub/: each name, with its mtime when ``times`` (one lstat each, from the listing's
         entry; 0.0 otherwise).  A child that is not a regular file is refused, naming it."""
-        pub = self._full(PUB)
+        pub = self._dirs.full(PUB)
         fd = self._pub_dir()
         if fd is None:
             return {}
@@ -104,7 +155,7 @@ class PosixStore(PosixFiles):
                         found[entry.name] = 0.0
             if odd:
                 first = min(odd, key=lambda e: e.name)
-                raise Failure(f"{pub}/{first.name}: not a publication entry ({_entry_kind(first)})")
+                raise Failure(f"{pub}/{first.name}: not a publication entry ({entry_kind(first)})")
             return found
         except OSError as e:
             raise FileError(pub, e) from None
@@ -113,9 +164,9 @@ class PosixStore(PosixFiles):
 
     def _pub_dir(self) -> int | None:
         """A descriptor of pub/, never through a link; None when it is missing."""
-        root = self._open_root()
+        root = self._dirs.open_root()
         try:
-            return self._open_top(root, PUB)
+            return self._dirs.open_top(root, PUB)
         finally:
             os.close(root)
 
@@ -125,14 +176,16 @@ class PosixStore(PosixFiles):
                 f"the entry name would be {len(name.encode('utf-8'))} bytes, over the {POSIX_NAME_MAX} a POSIX "
                 "file name may hold: the save's path is too long"
             )
-        fd = self._made_top(PUB, 2, f"{self._full(PUB)} was removed while an entry was being created in it")
+        fd = self._made_top(
+            PUB, 2, f"{self._dirs.full(PUB)} was removed while an entry was being created in it"
+        )
         try:
             return self._create_in(fd, name)
         finally:
             os.close(fd)
 
     def create_mark(self, dl: Deadline, name: str) -> bool:
-        fd = self._made_top(EXEC, 2, f"{self._full(EXEC)} was removed while a mark was being made in it")
+        fd = self._made_top(EXEC, 2, f"{self._dirs.full(EXEC)} was removed while a mark was being made in it")
         try:
             return self._create_in(fd, name, EXEC)
         finally:
@@ -140,7 +193,7 @@ class PosixStore(PosixFiles):
 
     def _create_in(self, pub_fd: int, name: str, top: str = PUB) -> bool:
         """Create the empty ``name`` in the directory ``pub_fd`` (the root's ``top``) exclusively, durably."""
-        path = self._full(f"{top}/{name}")
+        path = self._dirs.full(f"{top}/{name}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
         try:
             fd = os.open(name, flags, 0o644, dir_fd=pub_fd)
@@ -173,7 +226,7 @@ class PosixStore(PosixFiles):
             except FileNotFoundError:
                 pass
             except OSError as e:
-                raise FileError(f"{self._full(where)}/{name}", e) from None
+                raise FileError(f"{self._dirs.full(where)}/{name}", e) from None
         if names:
             fsops.fsync_fd(fd)
 
@@ -187,17 +240,17 @@ class PosixStore(PosixFiles):
         """Walk down from the root's descriptor, each element checked (``lstat``) then opened with
         ``O_NOFOLLOW`` and compared (``fstat``), and remove the last relative to its parent's descriptor."""
         parts = path.split("/")
-        fds = [self._open_root()]
+        fds = [self._dirs.open_root()]
         try:
             for i, part in enumerate(parts):
                 rel = "/".join(parts[: i + 1])
                 try:
                     result = self._remove_step(fds, part, rel, last=i == len(parts) - 1)
                 except fsops.Changed as e:
-                    where = self._full(rel + ("/" + e.filename if e.filename else ""))
+                    where = self._dirs.full(rel + ("/" + e.filename if e.filename else ""))
                     raise Failure(f"{where}: could not remove: {e.strerror}") from None
                 except OSError as e:
-                    where = self._full(
+                    where = self._dirs.full(
                         rel + ("/" + e.filename if isinstance(e.filename, str) and e.filename else "")
                     )
                     raise FileError(where, e, "could not remove") from None
@@ -234,17 +287,17 @@ class PosixStore(PosixFiles):
             return Removal(False, link=rel)
         if outcome == fsops.GONE:
             return Removal(False)
-        raise Failure(f"{self._full(rel)}: could not remove: it was replaced while it was being removed")
+        raise Failure(f"{self._dirs.full(rel)}: could not remove: it was replaced while it was being removed")
 
     # -- tombstones: tomb/ is reached through descriptors, never through a link, like pub/
 
     def _made_top(self, name: str, opens: int, vanished: str) -> int:
         """A descriptor of pub/, tomb/ or exec/, made (durably: the root fsynced) when missing, opened at most
         ``opens`` times; a Failure saying ``vanished`` when another process keeps removing it."""
-        root = self._open_root()
+        root = self._dirs.open_root()
         try:
             for attempt in range(opens):
-                fd = self._open_top(root, name)
+                fd = self._dirs.open_top(root, name)
                 if fd is not None:
                     return fd
                 if attempt == opens - 1:
@@ -254,7 +307,7 @@ class PosixStore(PosixFiles):
                 except FileExistsError:
                     continue
                 except OSError as e:
-                    raise FileError(self._full(name), e) from None
+                    raise FileError(self._dirs.full(name), e) from None
                 fsops.fsync_fd(root)
             raise Failure(vanished)
         finally:
@@ -262,9 +315,9 @@ class PosixStore(PosixFiles):
 
     def _tomb_dir(self) -> int | None:
         """A descriptor of tomb/, never through a link; None when it is missing."""
-        root = self._open_root()
+        root = self._dirs.open_root()
         try:
-            return self._open_top(root, TOMB)
+            return self._dirs.open_top(root, TOMB)
         finally:
             os.close(root)
 
@@ -275,14 +328,14 @@ class PosixStore(PosixFiles):
         try:
             return os.listdir(fd)
         except OSError as e:
-            raise FileError(self._full(TOMB), e) from None
+            raise FileError(self._dirs.full(TOMB), e) from None
         finally:
             os.close(fd)
 
     def create_tombs(self, dl: Deadline, names: list[str]) -> None:
         if not names:
             return
-        fd = self._made_top(TOMB, 4, f"{self._full(TOMB)}: appeared and vanished while it was opened")
+        fd = self._made_top(TOMB, 4, f"{self._dirs.full(TOMB)}: appeared and vanished while it was opened")
         try:
             for name in names:
                 try:
@@ -297,7 +350,7 @@ class PosixStore(PosixFiles):
                 os.close(f)  # empty: the one fsync of tomb/ below makes every new name durable
             fsops.fsync_fd(fd)
         except OSError as e:
-            raise FileError(self._full(TOMB), e) from None
+            raise FileError(self._dirs.full(TOMB), e) from None
         finally:
             os.close(fd)
 

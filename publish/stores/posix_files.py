@@ -1,4 +1,5 @@
-"""The generic file operations of the POSIX store: what resolve, status and the frameworks read of a save."""
+"""The generic file operations of the POSIX store: what resolve, status and the frameworks read of a save.  A
+part of :class:`publish.stores.posix.PosixStore`, over the root's directories (:mod:`publish.stores.posix_root`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from publish.errors import Failure, FileError
 from publish.fileio import read_at_most
 from publish.redact import shown
 from publish.stores.base import LastChange
-from publish.stores.posix_root import _MARKER_FLAGS, RANGE_LIMIT, PosixRoot, kind, why
+from publish.stores.posix_root import MARKER_FLAGS, RANGE_LIMIT, RootDirs, kind, why
 
 #: The errors that leave a folder's age untold (it is left in place, with why), rather than failing the verb.
 _UNTOLD_ERRNOS = (errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ELOOP)
@@ -29,19 +30,22 @@ def _is_dir(entry: os.DirEntry[str], unexamined: list[tuple[str, str]] | None) -
         return False
 
 
-class PosixFiles(PosixRoot):
+class PosixFiles:
     """Files and folders below the root: never a FIFO waited on, never a link followed where it matters."""
 
+    def __init__(self, dirs: RootDirs) -> None:
+        self._dirs = dirs
+
     def holds(self, dl: Deadline, path: str) -> bool:
-        return self._lstat(path) is not None
+        return self._dirs.lstat(path) is not None
 
     def list_folders(
         self, dl: Deadline, path: str, unexamined: list[tuple[str, str]] | None = None
     ) -> list[str]:
-        full = self._full(path)
-        root_fd = self._open_root()
+        full = self._dirs.full(path)
+        root_fd = self._dirs.open_root()
         try:
-            fd = self._open_dir(root_fd, path)
+            fd = self._dirs.open_dir(root_fd, path)
         except FileNotFoundError:
             return []
         except NotADirectoryError:
@@ -61,11 +65,11 @@ class PosixFiles(PosixRoot):
     def read(self, dl: Deadline, path: str, limit: int) -> bytes | None:
         """The regular file at ``path``; a link, a FIFO or anything else there is refused (never opened
         in a way that could wait)."""
-        full = self._full(path)
+        full = self._dirs.full(path)
         parent, _, name = path.rpartition("/")
-        root_fd = self._open_root()
+        root_fd = self._dirs.open_root()
         try:
-            dir_fd = self._open_dir(root_fd, parent) if parent else os.dup(root_fd)
+            dir_fd = self._dirs.open_dir(root_fd, parent) if parent else os.dup(root_fd)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:
@@ -76,8 +80,8 @@ class PosixFiles(PosixRoot):
             st = fsops.lstat_at(dir_fd, name)
             if st is None:
                 return None
-            self._marker(path, st)
-            fd = os.open(name, _MARKER_FLAGS, dir_fd=dir_fd)
+            self._dirs.refuse_odd(path, st)
+            fd = os.open(name, MARKER_FLAGS, dir_fd=dir_fd)
         except FileNotFoundError:
             return None
         except OSError as e:
@@ -87,7 +91,7 @@ class PosixFiles(PosixRoot):
         finally:
             os.close(dir_fd)
         try:
-            self._marker(path, os.fstat(fd))
+            self._dirs.refuse_odd(path, os.fstat(fd))
             data = read_at_most(fd, limit)
             if data is None:
                 raise Failure(f"{full} is over {limit} bytes")
@@ -99,29 +103,26 @@ class PosixFiles(PosixRoot):
 
     def exists(self, dl: Deadline, path: str) -> bool:
         """True when a regular file is at ``path``; a link, a FIFO or anything else there is refused."""
-        st = self._lstat(path)
+        st = self._dirs.lstat(path)
         if st is None:
             return False
-        self._marker(path, st)
+        self._dirs.refuse_odd(path, st)
         return True
 
-    def children(self, dl: Deadline, path: str) -> tuple[list[str], list[str]]:
-        return self.list_folders(dl, path), self.list_files(dl, path)
-
     def list_files(self, dl: Deadline, path: str) -> list[str]:
-        fd = self._dir(path)
+        fd = self._dirs.open_folder(path)
         if fd is None:
             return []
         try:
             with os.scandir(fd) as it:
                 return [e.name for e in it if e.is_file(follow_symlinks=False)]
         except OSError as e:
-            raise FileError(self._full(path), e) from None
+            raise FileError(self._dirs.full(path), e) from None
         finally:
             os.close(fd)
 
     def sizes(self, dl: Deadline, path: str) -> dict[str, int]:
-        top = self._dir(path)
+        top = self._dirs.open_folder(path)
         if top is None:
             return {}
         found: dict[str, int] = {}
@@ -146,13 +147,13 @@ class PosixFiles(PosixRoot):
                                 continue
                             st = entry.stat(follow_symlinks=False)
                             if not stat.S_ISREG(st.st_mode):  # a FIFO, a link: never read, never followed
-                                where = self._full(f"{path}/{name}")
+                                where = self._dirs.full(f"{path}/{name}")
                                 raise Failure(f"{where} is {kind(st.st_mode)}, not a regular file")
                             found[name] = st.st_size
                 finally:
                     os.close(fd)
         except OSError as e:
-            raise FileError(self._full(path), e) from None
+            raise FileError(self._dirs.full(path), e) from None
         finally:
             os.close(top)
         return found
@@ -161,7 +162,7 @@ class PosixFiles(PosixRoot):
         """Walk down from the root's descriptor as remove_folder does (each element checked with ``lstat``,
         opened with ``O_NOFOLLOW`` and compared), then through the folder with :func:`fsops.newest_tree`."""
         parts = path.split("/")
-        fds = [self._open_root()]
+        fds = [self._dirs.open_root()]
         rel = ""
         try:
             for i, part in enumerate(parts):
@@ -186,7 +187,7 @@ class PosixFiles(PosixRoot):
             return LastChange(None, why=f"its age cannot be told: {e}")
         except OSError as e:
             below = e.filename if isinstance(e.filename, str) and e.filename else ""
-            where = self._full(rel + ("/" + below if below else ""))
+            where = self._dirs.full(rel + ("/" + below if below else ""))
             if e.errno in _UNTOLD_ERRNOS:
                 return LastChange(None, why=f"its age cannot be told: {shown(where)}: {why(e)}")
             raise FileError(shown(where), e) from None
@@ -195,21 +196,19 @@ class PosixFiles(PosixRoot):
                 os.close(fd)
 
     def size(self, dl: Deadline, path: str) -> int | None:
-        st = self._lstat(path)
+        st = self._dirs.lstat(path)
         return st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None
 
     def read_range(self, dl: Deadline, path: str, offset: int, length: int) -> bytes | None:
-        full = self._full(path)
+        full = self._dirs.full(path)
         if length > RANGE_LIMIT:
             raise Failure(f"{full}: a read of {length} bytes, over the {RANGE_LIMIT} one read may take")
         parent, _, name = path.rpartition("/")
-        dir_fd = self._dir(parent)
+        dir_fd = self._dirs.open_folder(parent)
         if dir_fd is None:
             return None
         try:
-            fd = os.open(
-                name, _MARKER_FLAGS, dir_fd=dir_fd
-            )  # a link or a FIFO is never followed or waited on
+            fd = os.open(name, MARKER_FLAGS, dir_fd=dir_fd)  # a link or a FIFO is never followed or waited on
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:

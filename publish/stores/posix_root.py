@@ -1,5 +1,6 @@
 """The POSIX root as the store reaches it: one descriptor of the root per call, pub/, exec/ and tomb/ opened
-below it without following a link, other paths found as a framework would find them."""
+below it without following a link, other paths found as a framework would find them.  A part of
+:class:`publish.stores.posix.PosixStore`, shared with its file operations (:mod:`publish.stores.posix_files`)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,18 @@ from publish.errors import Failure, FileError
 from publish.layout import EXEC, PUB
 from publish.redact import shown
 
-_O_NOFOLLOW = fsops.O_NOFOLLOW
-_O_CLOEXEC = fsops.O_CLOEXEC
-_O_DIRECTORY = fsops.O_DIRECTORY
-_ROOT_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC  # follows a link: the root may be one
-_FOLLOW_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC  # below exec/: links are followed, as frameworks do
+_ROOT_FLAGS = os.O_RDONLY | fsops.O_DIRECTORY | fsops.O_CLOEXEC  # follows a link: the root may be one
+_FOLLOW_FLAGS = (
+    os.O_RDONLY | fsops.O_DIRECTORY | fsops.O_CLOEXEC
+)  # below exec/: links are followed, as frameworks do
 # A marker is opened without following a link, without waiting for a FIFO's writer, without becoming a
 # terminal's controlling process: what is not a regular file is refused, never read.
-_MARKER_FLAGS = (
-    os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+MARKER_FLAGS = (
+    os.O_RDONLY
+    | fsops.O_NOFOLLOW
+    | fsops.O_CLOEXEC
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
 )
 _KINDS = {
     stat.S_IFDIR: "a directory",
@@ -39,7 +43,7 @@ def kind(mode: int) -> str:
     return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
-def _entry_kind(entry: os.DirEntry[str]) -> str:
+def entry_kind(entry: os.DirEntry[str]) -> str:
     try:
         return kind(entry.stat(follow_symlinks=False).st_mode)
     except OSError:  # gone since it was listed
@@ -47,22 +51,22 @@ def _entry_kind(entry: os.DirEntry[str]) -> str:
 
 
 def why(e: OSError) -> str:
+    """What went wrong, as an OSError says it."""
     return e.strerror or str(e)
 
 
-class PosixRoot:
-    """A checkpoint root that is a directory.  ``root`` is absolute and lexically clean; it may be a link."""
+class RootDirs:
+    """The directories of a checkpoint root that is a directory.  ``root`` is absolute and lexically clean; it
+    may be a link."""
 
     def __init__(self, root: str) -> None:
         self.root = root
 
-    def location(self, path: str) -> str:
+    def full(self, path: str) -> str:
+        """The location of ``path``, for a message or an answer."""
         return self.root.rstrip("/") + "/" + path
 
-    def _full(self, path: str) -> str:
-        return self.location(path)
-
-    def _open_root(self) -> int:
+    def open_root(self) -> int:
         try:
             return os.open(self.root, _ROOT_FLAGS)
         except FileNotFoundError:
@@ -75,11 +79,11 @@ class PosixRoot:
         except OSError as e:
             raise FileError(f"checkpoint root {shown(self.root)}", e) from None
 
-    def _not_a_directory(self, name: str, st: os.stat_result) -> Failure:
+    def not_a_directory(self, name: str, st: os.stat_result) -> Failure:
         what = "is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a directory"
-        return Failure(f"{self._full(name)} {what}")
+        return Failure(f"{self.full(name)} {what}")
 
-    def _open_top(self, root_fd: int, name: str) -> int | None:
+    def open_top(self, root_fd: int, name: str) -> int | None:
         """pub/ or exec/ opened in the root, never through a link; None when missing; else a Failure naming it."""
         for _ in range(3):  # a name that flips back to a directory while looked at is opened again
             try:
@@ -88,23 +92,23 @@ class PosixRoot:
                 return None
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise FileError(self._full(name), e) from None
+                    raise FileError(self.full(name), e) from None
             st = fsops.lstat_at(root_fd, name)
             if st is None:
                 return None
             if not stat.S_ISDIR(st.st_mode):
-                raise self._not_a_directory(name, st)
-        raise Failure(f"{self._full(name)} keeps changing")
+                raise self.not_a_directory(name, st)
+        raise Failure(f"{self.full(name)} keeps changing")
 
-    def _open_dir(self, root_fd: int, path: str) -> int:
+    def open_dir(self, root_fd: int, path: str) -> int:
         """The directory at ``path`` (not the root): pub/ or exec/ as its first element never through a link,
         the rest as the framework would find it.  FileNotFoundError when it, or pub/ or exec/, is missing."""
         first, _, rest = path.partition("/")
         if first not in (PUB, EXEC):
             return os.open(path, _FOLLOW_FLAGS, dir_fd=root_fd)
-        top = self._open_top(root_fd, first)
+        top = self.open_top(root_fd, first)
         if top is None:
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", self._full(first))
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", self.full(first))
         if not rest:
             return top
         try:
@@ -112,15 +116,15 @@ class PosixRoot:
         finally:
             os.close(top)
 
-    def _lstat(self, path: str) -> os.stat_result | None:
-        """``lstat`` of ``path`` from the root's descriptor (through _open_dir); None when nothing is there."""
+    def lstat(self, path: str) -> os.stat_result | None:
+        """``lstat`` of ``path`` from the root's descriptor (through open_dir); None when nothing is there."""
         parent, _, name = path.rpartition("/")
-        root_fd = self._open_root()
+        root_fd = self.open_root()
         try:
             if not parent:
                 return fsops.lstat_at(root_fd, name)
             try:
-                fd = self._open_dir(root_fd, parent)
+                fd = self.open_dir(root_fd, parent)
             except (FileNotFoundError, NotADirectoryError):
                 return None
             try:
@@ -128,23 +132,23 @@ class PosixRoot:
             finally:
                 os.close(fd)
         except OSError as e:
-            raise FileError(self._full(path), e) from None
+            raise FileError(self.full(path), e) from None
         finally:
             os.close(root_fd)
 
-    def _dir(self, path: str) -> int | None:
+    def open_folder(self, path: str) -> int | None:
         """A descriptor of the directory at ``path`` (found as list_folders finds it); None when missing."""
-        root_fd = self._open_root()
+        root_fd = self.open_root()
         try:
-            return self._open_dir(root_fd, path) if path else os.dup(root_fd)
+            return self.open_dir(root_fd, path) if path else os.dup(root_fd)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:
-            raise FileError(self._full(path), e) from None
+            raise FileError(self.full(path), e) from None
         finally:
             os.close(root_fd)
 
-    def _marker(self, path: str, st: os.stat_result) -> None:
+    def refuse_odd(self, path: str, st: os.stat_result) -> None:
         """Refuse a marker that is not a regular file: a FIFO would block its reader for ever."""
         if not stat.S_ISREG(st.st_mode):
-            raise Failure(f"{self._full(path)} is {kind(st.st_mode)}, not a regular file")
+            raise Failure(f"{self.full(path)} is {kind(st.st_mode)}, not a regular file")
