@@ -85,17 +85,19 @@ class StoreError(Failure):
 
 
 class FileError(StoreError):
-    """An OSError met on a POSIX root, as a store error: ``path`` (the location) and ``errno``.
+    """An OSError met on a POSIX root, as a store error: ``op`` (what the store was doing: ``open``, ``stat``,
+    ``read``, ``list``, ``create``, ``make``, ``remove``, ``sync``), ``path`` (the location, as ``thing``) and
+    ``errno``.
 
     Its message is ``<path>: <strerror>`` (with ``detail`` in between when given), as POSIX faults have
     always been shown.  ``unexaminable`` is true for a file the process may not or cannot look at."""
 
-    def __init__(self, path: str, error: OSError, detail: str = "") -> None:
+    def __init__(self, path: str, error: OSError, detail: str = "", *, op: str = "") -> None:
         why = error.strerror or str(error)
         text = f"{path}: {detail + ': ' if detail else ''}{why}"
         Failure.__init__(self, text)
         self.detail = why
-        self.op = ""
+        self.op = op
         self.thing = path
         self.code = ""
         self.status = 0

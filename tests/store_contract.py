@@ -1,9 +1,11 @@
 """The conformance suite every Store passes.
 
-A store's test file subclasses ``StoreContract`` and provides three fixtures: ``store`` (a Store over a fresh,
+A store's test file subclasses ``StoreContract`` and provides four fixtures: ``store`` (a Store over a fresh,
 empty root), ``make_file`` (``make_file(path, data=b"")`` creates a file, or an S3 object, at ``path``
-relative to that root) and ``peer`` (``peer()`` makes another Store over that same root, as another process
-would have: its own connection, its own descriptors).
+relative to that root), ``peer`` (``peer()`` makes another Store over that same root, as another process
+would have: its own connection, its own descriptors) and ``unreadable`` (``unreadable(folder)`` makes a
+folder at ``folder`` holding a file that is there but cannot be read, a real fault of that kind of store,
+and returns a Store over the root that meets the fault and the file's path).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import pytest
 
 from publish import layout
 from publish.deadline import UNBOUNDED, Deadline
-from publish.errors import Failure
+from publish.errors import Failure, StoreError
 from publish.stores.base import LastChange, Store
 
 MakeFile = Callable[..., None]
 MakePeer = Callable[[], Store]
+MakeUnreadable = Callable[[str], "tuple[Store, str]"]
 
 
 class StoreContract:
@@ -245,3 +248,22 @@ class StoreContract:
     def test_a_root_without_uploads_lists_none(self, store: Store, make_file: MakeFile) -> None:
         make_file("exec/A/checkpoint-1/a", b"a")
         assert store.uploads(UNBOUNDED, "exec", time.time()) == []
+
+    def test_an_unreadable_file_is_a_store_error_naming_the_operation_and_the_file(
+        self, unreadable: MakeUnreadable
+    ) -> None:
+        """A file that is there but cannot be read (a disk's I/O error, a store's refusal) fails a read as the
+        store failing, on every store alike: a StoreError with the operation and the file's location."""
+        faulty, path = unreadable("exec/A/checkpoint-1")
+        assert faulty.exists(UNBOUNDED, path)
+        for read in (
+            lambda: faulty.read(UNBOUNDED, path, 1 << 20),
+            lambda: faulty.read_range(UNBOUNDED, path, 0, 4),
+        ):
+            with pytest.raises(StoreError) as e:
+                read()
+            assert e.value.op in ("read", "get")
+            assert e.value.thing == faulty.location(path)
+            assert str(e.value).startswith(
+                ("store: get " + faulty.location(path) + ": ", faulty.location(path) + ": ")
+            )

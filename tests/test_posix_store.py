@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Callable
@@ -10,7 +11,7 @@ import pytest
 
 from publish import layout
 from publish.deadline import UNBOUNDED
-from publish.errors import Failure
+from publish.errors import Failure, FileError
 from publish.stores.posix import PosixStore
 from tests.store_contract import StoreContract
 
@@ -35,8 +36,32 @@ def peer(root: Path) -> Callable[[], PosixStore]:
     return lambda: PosixStore(str(root))
 
 
+@pytest.fixture
+def unreadable(root: Path) -> Callable[[str], tuple[PosixStore, str]]:
+    """A real I/O error: the folder is a link to /proc/self (links below exec/ are followed, as frameworks
+    do), and its ``mem`` is a regular file whose every read at offset 0 the kernel answers with EIO."""
+
+    def make(folder: str) -> tuple[PosixStore, str]:
+        (root / folder).parent.mkdir(parents=True, exist_ok=True)
+        (root / folder).symlink_to("/proc/self")
+        return PosixStore(str(root)), f"{folder}/mem"
+
+    return make
+
+
 class TestPosixStore(StoreContract):
     pass
+
+
+def test_an_io_error_is_a_file_error_with_its_errno_and_not_unexaminable(
+    root: Path, unreadable: Callable[[str], tuple[PosixStore, str]]
+) -> None:
+    store, path = unreadable("exec/A/checkpoint-1")
+    with pytest.raises(FileError) as e:
+        store.read(UNBOUNDED, path, 100)
+    assert (e.value.op, e.value.thing, e.value.errno) == ("read", store.location(path), errno.EIO)
+    assert str(e.value) == f"{root}/{path}: Input/output error"
+    assert not e.value.unexaminable  # the disk failing: every verb fails, as on a store's refusal
 
 
 def test_missing_root_fails(tmp_path: Path) -> None:
@@ -169,3 +194,20 @@ def test_read_at_most_reads_whole_files_up_to_the_limit(tmp_path: Path) -> None:
             assert read_at_most(fd, limit) == expected
         finally:
             os.close(fd)
+
+
+def test_a_failed_fsync_of_a_new_entry_is_a_file_error(
+    store: PosixStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fsync is where a disk reports a write it lost (EIO): a store error naming the file, not a bare OSError."""
+
+    def lost(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    name = layout.name(0, 1, "exec/A/checkpoint-1")
+    (root / "pub").mkdir()
+    monkeypatch.setattr(os, "fsync", lost)
+    with pytest.raises(FileError) as e:
+        store.create_entry(UNBOUNDED, name)
+    assert (e.value.op, e.value.thing, e.value.errno) == ("sync", f"{root}/pub/{name}", errno.EIO)
+    assert str(e.value) == f"{root}/pub/{name}: Input/output error"

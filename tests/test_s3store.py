@@ -39,6 +39,34 @@ def file_maker(server: S3Server, bucket: str, prefix: str) -> Callable[..., None
     return make
 
 
+def unreadable_maker(
+    server: S3Server, bucket: str, prefix: str, proxies: list[FaultProxy]
+) -> Callable[[str], tuple[S3Store, str]]:
+    """A real refusal: the object is there, and the fault proxy in front of the server answers every GET of
+    it with a 403 AccessDenied, as a bucket policy denying s3:GetObject does (HEAD and LIST pass)."""
+    make = file_maker(server, bucket, prefix)
+
+    def unreadable(folder: str) -> tuple[S3Store, str]:
+        path = f"{folder}/model.safetensors"
+        make(path, b"weights")
+        proxy = FaultProxy(server.endpoint)
+        proxies.append(proxy)
+        key = f"/{bucket}/{prefix}/{path}" if prefix else f"/{bucket}/{path}"
+        proxy.add(Respond(403, "AccessDenied", "Access Denied."), kind="GET", match=lambda r: r.path == key)
+        store = make_store(server, bucket, prefix, creds=server.credentials(endpoint=proxy.endpoint))
+        return store, path
+
+    return unreadable
+
+
+@pytest.fixture
+def proxies() -> Iterator[list[FaultProxy]]:
+    made: list[FaultProxy] = []
+    yield made
+    for proxy in made:
+        proxy.stop()
+
+
 class TestS3StoreOnSeaweedFS(StoreContract):
     @pytest.fixture
     def store(self, weed: Weed) -> S3Store:
@@ -52,6 +80,10 @@ class TestS3StoreOnSeaweedFS(StoreContract):
     @pytest.fixture
     def peer(self, weed: Weed, store: S3Store) -> Callable[[], S3Store]:
         return lambda: make_store(weed, self.bucket, self.prefix)
+
+    @pytest.fixture
+    def unreadable(self, weed: Weed, store: S3Store, proxies: list[FaultProxy]) -> Callable[..., Any]:
+        return unreadable_maker(weed, self.bucket, self.prefix, proxies)
 
 
 class TestS3StoreOnMoto(StoreContract):
@@ -68,6 +100,10 @@ class TestS3StoreOnMoto(StoreContract):
     def peer(self, moto_s3: S3Server, store: S3Store) -> Callable[[], S3Store]:
         return lambda: make_store(moto_s3, self.bucket, self.prefix)
 
+    @pytest.fixture
+    def unreadable(self, moto_s3: S3Server, store: S3Store, proxies: list[FaultProxy]) -> Callable[..., Any]:
+        return unreadable_maker(moto_s3, self.bucket, self.prefix, proxies)
+
 
 class TestS3StoreWithoutPrefix(StoreContract):
     @pytest.fixture
@@ -82,6 +118,10 @@ class TestS3StoreWithoutPrefix(StoreContract):
     @pytest.fixture
     def peer(self, weed: Weed, store: S3Store) -> Callable[[], S3Store]:
         return lambda: make_store(weed, self.bucket, "")
+
+    @pytest.fixture
+    def unreadable(self, weed: Weed, store: S3Store, proxies: list[FaultProxy]) -> Callable[..., Any]:
+        return unreadable_maker(weed, self.bucket, "", proxies)
 
 
 @pytest.fixture(params=["seaweedfs", "moto"])

@@ -83,7 +83,7 @@ class PosixStore:
                 try:
                     st = fsops.lstat_at(fd, name)
                 except OSError as e:
-                    raise FileError(self._dirs.full(name), e) from None
+                    raise FileError(self._dirs.full(name), e, op="stat") from None
                 if st is not None and not stat.S_ISDIR(st.st_mode):
                     raise self._dirs.not_a_directory(name, st)
         finally:
@@ -100,7 +100,7 @@ class PosixStore:
         except NotADirectoryError:
             raise Failure(f"checkpoint root {shown(self.root)} is not a directory") from None
         except OSError as e:
-            raise FileError(f"checkpoint root {shown(self.root)}", e) from None
+            raise FileError(f"checkpoint root {shown(self.root)}", e, op="open") from None
         else:
             os.close(fd)
             return False
@@ -109,7 +109,9 @@ class PosixStore:
         except FileExistsError:
             return False  # made meanwhile by another init
         except OSError as e:
-            raise FileError(f"checkpoint root {shown(self.root)}", e, "could not make it") from None
+            raise FileError(
+                f"checkpoint root {shown(self.root)}", e, "could not make it", op="make"
+            ) from None
         parent = os.path.dirname(self.root.rstrip("/")) or "/"
         try:  # durable where the filesystem allows
             fd = os.open(parent, os.O_RDONLY | fsops.O_DIRECTORY | _O_CLOEXEC)
@@ -158,7 +160,7 @@ class PosixStore:
                 raise Failure(f"{pub}/{first.name}: not a publication entry ({entry_kind(first)})")
             return found
         except OSError as e:
-            raise FileError(pub, e) from None
+            raise FileError(pub, e, op="list") from None
         finally:
             os.close(fd)
 
@@ -200,13 +202,22 @@ class PosixStore:
         except FileExistsError:
             return False
         except OSError as e:
-            raise FileError(path, e) from None
+            raise FileError(path, e, op="create") from None
         try:
             os.fsync(fd)
+        except OSError as e:
+            raise FileError(path, e, op="sync") from None
         finally:
             os.close(fd)
-        fsops.fsync_fd(pub_fd)
+        self._sync(pub_fd, self._dirs.full(top))
         return True
+
+    def _sync(self, fd: int, where: str) -> None:
+        """fsync the directory ``fd`` (at ``where``, for messages) as :func:`fsops.fsync_fd` does."""
+        try:
+            fsops.fsync_fd(fd)
+        except OSError as e:
+            raise FileError(where, e, op="sync") from None
 
     def remove_entries(self, dl: Deadline, names: list[str]) -> None:
         fd = self._pub_dir()
@@ -226,9 +237,9 @@ class PosixStore:
             except FileNotFoundError:
                 pass
             except OSError as e:
-                raise FileError(f"{self._dirs.full(where)}/{name}", e) from None
+                raise FileError(f"{self._dirs.full(where)}/{name}", e, op="remove") from None
         if names:
-            fsops.fsync_fd(fd)
+            self._sync(fd, self._dirs.full(where))
 
     def uploads(self, dl: Deadline, path: str, cutoff: float) -> list[Upload]:
         return []  # a file being written is a file: newest sees it
@@ -253,7 +264,7 @@ class PosixStore:
                     where = self._dirs.full(
                         rel + ("/" + e.filename if isinstance(e.filename, str) and e.filename else "")
                     )
-                    raise FileError(where, e, "could not remove") from None
+                    raise FileError(where, e, "could not remove", op="remove") from None
                 if result is not None:
                     return result
             raise AssertionError("unreachable")
@@ -307,8 +318,8 @@ class PosixStore:
                 except FileExistsError:
                     continue
                 except OSError as e:
-                    raise FileError(self._dirs.full(name), e) from None
-                fsops.fsync_fd(root)
+                    raise FileError(self._dirs.full(name), e, op="make") from None
+                self._sync(root, f"checkpoint root {shown(self.root)}")
             raise Failure(vanished)
         finally:
             os.close(root)
@@ -328,7 +339,7 @@ class PosixStore:
         try:
             return os.listdir(fd)
         except OSError as e:
-            raise FileError(self._dirs.full(TOMB), e) from None
+            raise FileError(self._dirs.full(TOMB), e, op="list") from None
         finally:
             os.close(fd)
 
@@ -350,7 +361,7 @@ class PosixStore:
                 os.close(f)  # empty: the one fsync of tomb/ below makes every new name durable
             fsops.fsync_fd(fd)
         except OSError as e:
-            raise FileError(self._dirs.full(TOMB), e) from None
+            raise FileError(self._dirs.full(TOMB), e, op="create") from None
         finally:
             os.close(fd)
 

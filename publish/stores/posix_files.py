@@ -51,14 +51,14 @@ class PosixFiles:
         except NotADirectoryError:
             raise Failure(f"{full} is not a directory") from None
         except OSError as e:
-            raise FileError(full, e) from None
+            raise FileError(full, e, op="open") from None
         finally:
             os.close(root_fd)
         try:
             with os.scandir(fd) as it:
                 return [e.name for e in it if _is_dir(e, unexamined)]
         except OSError as e:
-            raise FileError(full, e) from None
+            raise FileError(full, e, op="list") from None
         finally:
             os.close(fd)
 
@@ -73,7 +73,7 @@ class PosixFiles:
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:
-            raise FileError(full, e) from None
+            raise FileError(full, e, op="open") from None
         finally:
             os.close(root_fd)
         try:
@@ -87,7 +87,7 @@ class PosixFiles:
         except OSError as e:
             if e.errno == errno.ELOOP:  # swapped for a link after the lstat
                 raise Failure(f"{full} is a symbolic link, not a regular file") from None
-            raise FileError(full, e) from None
+            raise FileError(full, e, op="open") from None
         finally:
             os.close(dir_fd)
         try:
@@ -97,7 +97,7 @@ class PosixFiles:
                 raise Failure(f"{full} is over {limit} bytes")
             return data
         except OSError as e:
-            raise FileError(full, e) from None
+            raise FileError(full, e, op="read") from None
         finally:
             os.close(fd)
 
@@ -117,7 +117,7 @@ class PosixFiles:
             with os.scandir(fd) as it:
                 return [e.name for e in it if e.is_file(follow_symlinks=False)]
         except OSError as e:
-            raise FileError(self._dirs.full(path), e) from None
+            raise FileError(self._dirs.full(path), e, op="list") from None
         finally:
             os.close(fd)
 
@@ -153,7 +153,7 @@ class PosixFiles:
                 finally:
                     os.close(fd)
         except OSError as e:
-            raise FileError(self._dirs.full(path), e) from None
+            raise FileError(self._dirs.full(path), e, op="list") from None
         finally:
             os.close(top)
         return found
@@ -190,7 +190,7 @@ class PosixFiles:
             where = self._dirs.full(rel + ("/" + below if below else ""))
             if e.errno in _UNTOLD_ERRNOS:
                 return LastChange(None, why=f"its age cannot be told: {shown(where)}: {why(e)}")
-            raise FileError(shown(where), e) from None
+            raise FileError(shown(where), e, op="stat") from None
         finally:
             for fd in fds:
                 os.close(fd)
@@ -214,7 +214,7 @@ class PosixFiles:
         except OSError as e:
             if e.errno == errno.ELOOP:
                 return None
-            raise FileError(full, e) from None
+            raise FileError(full, e, op="open") from None
         finally:
             os.close(dir_fd)
         try:
@@ -229,6 +229,6 @@ class PosixFiles:
                 got += len(chunk)
             return b"".join(chunks)
         except OSError as e:
-            raise FileError(full, e) from None
+            raise FileError(full, e, op="read") from None
         finally:
             os.close(fd)

@@ -77,7 +77,7 @@ class RootDirs:
         except NotADirectoryError:
             raise Failure(f"checkpoint root {self.root} is not a directory") from None
         except OSError as e:
-            raise FileError(f"checkpoint root {shown(self.root)}", e) from None
+            raise FileError(f"checkpoint root {shown(self.root)}", e, op="open") from None
 
     def not_a_directory(self, name: str, st: os.stat_result) -> Failure:
         what = "is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a directory"
@@ -92,8 +92,11 @@ class RootDirs:
                 return None
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise FileError(self.full(name), e) from None
-            st = fsops.lstat_at(root_fd, name)
+                    raise FileError(self.full(name), e, op="open") from None
+            try:
+                st = fsops.lstat_at(root_fd, name)
+            except OSError as e:
+                raise FileError(self.full(name), e, op="stat") from None
             if st is None:
                 return None
             if not stat.S_ISDIR(st.st_mode):
@@ -132,7 +135,7 @@ class RootDirs:
             finally:
                 os.close(fd)
         except OSError as e:
-            raise FileError(self.full(path), e) from None
+            raise FileError(self.full(path), e, op="stat") from None
         finally:
             os.close(root_fd)
 
@@ -144,7 +147,7 @@ class RootDirs:
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:
-            raise FileError(self.full(path), e) from None
+            raise FileError(self.full(path), e, op="open") from None
         finally:
             os.close(root_fd)
 
