@@ -11,8 +11,8 @@ Fixtures (session-scoped, started only by a test that asks for them):
   and ``run`` scan every 200ms unless the caller's own ``-interval`` says otherwise.
 
 :class:`Run` submits a recipe's job script with the small trainer (examples/tiny_trainer.py), reads what its
-jobs printed and checks the root; :func:`end` cancels a job and waits for its end. tests/test_slurm.py (the
-manual recipe) and tests/test_run_slurm.py (``publish run``) share them.
+jobs printed and checks the root; :func:`end` cancels a job and waits for its end. tests/test_slurm.py runs
+both recipes (``publish run``'s and the one by hand) through them.
 
 Helpers: :meth:`Slurm.sbatch` submits and returns the job id; :meth:`Slurm.job` is ``scontrol show job`` as a
 dict; :meth:`Slurm.wait` polls it until a condition holds, with a deadline; :meth:`Slurm.running` waits for a

@@ -7,7 +7,7 @@ Commands: every ``publish ...`` line of a fenced shell block in the README is ru
 start's block runs here, line by line, against a temporary POSIX root (the ``publish`` of this checkout,
 through ``python -m publish`` as tests/conftest.py ``spawn`` starts it); the S3 root's block runs here against
 moto, with a ``file:`` source in place of its ``-creds``; a block that is an ``examples/`` script as it is
-must be checked against that script by a test that runs the script (tests/test_run_slurm.py does it for
+must be checked against that script by a test that runs the script (tests/test_slurm.py does it for
 examples/slurm_run.sh, on a real Slurm).  A README block with a ``publish`` line of any other kind fails
 here until a test runs it.
 """

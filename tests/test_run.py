@@ -1,7 +1,7 @@
 """publish run on POSIX roots, without a batch system: resolve first, COMMAND's environment and arguments,
 the exit status, signals sent to publish run alone (a Kubernetes pod's PID 1, Ctrl-C), the last scan, prune.
 
-tests/test_run_slurm.py runs the same verb under a real Slurm.
+tests/test_slurm.py runs the same verb under a real Slurm.
 """
 
 from __future__ import annotations

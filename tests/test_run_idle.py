@@ -4,7 +4,7 @@ Dispatches of one job, each a call of ``publish run`` with a Slurm job that is R
 and its requeues), stopped by SIGTERM as the warning signal stops it. A dispatch after which ``resolve``
 answers what it resumed from is idle; K idle dispatches in a row are requeued (each leaving a mark in exec/),
 the next is not and exits non-zero. The count comes from the root alone: not from the epochs (clocks), the
-attempt names, or folders other jobs left. tests/test_run_slurm.py runs it on a real Slurm.
+attempt names, or folders other jobs left. tests/test_slurm.py runs it on a real Slurm.
 """
 
 from __future__ import annotations

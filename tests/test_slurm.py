@@ -1,16 +1,21 @@
-"""The README's Slurm recipe (examples/slurm_job.sh) on a real one-node Slurm: every way a job ends.
+"""The two Slurm recipes on a real one-node Slurm, every way a job ends: the one `publish run` makes
+(examples/slurm_run.sh, the README's) and the one by hand (examples/slurm_job.sh, docs/jobs.md's).
 
-In each case the save the trainer makes on SIGTERM is published, nothing half-written is, and the next
-dispatch resumes from the newest whole save with a greater epoch; after a requeue the job comes back by itself.
-The repeated trials at the end (marker slow) run each way a job is stopped several times over.
+Each common test runs once per recipe (the ``recipe`` fixture). In each case the save the trainer makes on
+SIGTERM is published, nothing half-written is, and the next dispatch resumes from the newest whole save with a
+greater epoch; after a requeue the job comes back by itself. What only one recipe has follows the common
+tests: the races of a hand-written script's trap and its watch, and `publish run -max-idle-requeues`. The
+repeated trials at the end (marker slow) run each way a hand-written job is stopped several times over.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,18 +25,59 @@ from tests.slurm import KILL_WAIT, Run, Slurm, end, slurm, slurm_publish  # noqa
 
 pytestmark = pytest.mark.slurm
 
-SCRIPT = REPO / "examples" / "slurm_job.sh"
+
+@dataclass(frozen=True)
+class Recipe:
+    """A job script, the page that shows it (under ``heading``), and what it says that the tests look for."""
+
+    script: Path
+    page: Path
+    heading: str
+    #: the line the job prints when it asks Slurm to requeue it after a signal to the batch shell (then the id)
+    requeue_note: str
+    #: publish run says why it leaves a job-wide signal (scontrol requeue) alone; the script by hand says nothing
+    says_completing: bool
+    #: the attempt folder of an array task is ``<array job>_<task>.<restart>`` (publish run's -attempt default);
+    #: the script by hand names it after $SLURM_JOB_ID, the task's own job id
+    array_task_attempts: bool
+
+
+BY_HAND = Recipe(
+    script=REPO / "examples" / "slurm_job.sh",
+    page=REPO / "docs" / "jobs.md",
+    heading="### Slurm, by hand\n",
+    requeue_note="slurm_job.sh: asked Slurm to requeue job",
+    says_completing=False,
+    array_task_attempts=False,
+)
+PUBLISH_RUN = Recipe(
+    script=REPO / "examples" / "slurm_run.sh",
+    page=REPO / "README.md",
+    heading="### Slurm: `publish run`\n",
+    requeue_note="publish: run: asked Slurm to requeue job",
+    says_completing=True,
+    array_task_attempts=True,
+)
+SCRIPT = BY_HAND.script  # the recipe the recipe-specific tests below and the repeated trials use
+
+
+@pytest.fixture(params=[PUBLISH_RUN, BY_HAND], ids=["publish-run", "by-hand"])
+def recipe(request: pytest.FixtureRequest) -> Recipe:
+    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture
-def run(slurm: Slurm, slurm_publish: Path, tmp_path: Path) -> Run:  # noqa: F811
-    return Run(slurm, slurm_publish, tmp_path, SCRIPT)
+def run(slurm: Slurm, slurm_publish: Path, tmp_path: Path, recipe: Recipe) -> Run:  # noqa: F811
+    return Run(slurm, slurm_publish, tmp_path, recipe.script)
 
 
-def test_readme_recipe_is_the_example_script() -> None:
-    readme = (REPO / "docs" / "jobs.md").read_text()
-    block = readme.split("### Slurm, by hand\n", 1)[1].split("```bash\n", 1)[1].split("```\n", 1)[0]
-    assert block == SCRIPT.read_text()
+# --- both recipes -------------------------------------------------------------------------------------------
+
+
+def test_the_recipe_shown_is_the_example_script(recipe: Recipe) -> None:
+    page = recipe.page.read_text()
+    block = page.split(recipe.heading, 1)[1].split("```bash\n", 1)[1].split("```\n", 1)[0]
+    assert block == recipe.script.read_text()
 
 
 def test_a_job_that_runs_to_its_end(run: Run) -> None:
@@ -45,15 +91,24 @@ def test_a_job_that_runs_to_its_end(run: Run) -> None:
     assert run_cli("resolve", "-checkpoint", str(run.root)).out == f"{run.root}/exec/{job}.0/checkpoint-6\n"
 
 
-def test_scontrol_requeue(run: Run) -> None:
-    job = run.submit()
+@pytest.mark.parametrize("srun", [False, True], ids=["plain", "srun"])
+def test_scontrol_requeue(run: Run, recipe: Recipe, srun: bool) -> None:
+    """A job-wide SIGTERM: the save made on it is published, and the job comes back. Through srun, the signal
+    reaches srun's task as SIGTERM: srun waits for it, and the job is left alone (a scancel of a requeued job
+    would block the shell until KillWait killed it, before its last scan); publish run does not signal the
+    job again."""
+    job = run.submit(srun=srun)
     run.slurm.running(job)
     run.wait_saved(job, f"{job}.0", 4)
     run.slurm.run("scontrol", "requeue", job)
     run.slurm.requeued(job)
     saved = run.stopped_at(job, f"{job}.0")
+    assert saved in [p.save for p in run.published(job)], run.log(job)
+    if recipe.says_completing:
+        assert f"publish: run: job {job} is COMPLETING: not requeued" in run.log(job)  # Slurm brings it back
+        # the trainer had the job-wide SIGTERM already: publish run did not send it again
+        assert f"publish: run: job {job} is COMPLETING: Slurm signalled every process of it" in run.log(job)
     run.check_resumed(job, f"{job}.1", saved)
-    assert saved in [p.save for p in run.published(job)]
     end(run, job)
     run.check_whole(job)
     run.check_root()
@@ -65,7 +120,7 @@ def test_scancel_then_resubmit(run: Run) -> None:
     run.wait_saved(job, f"{job}.0", 4)
     run.slurm.run("scancel", job)
     record = run.slurm.ended(job)
-    assert record["JobState"] == "CANCELLED", record
+    assert record["JobState"] == "CANCELLED", record  # not revived by a requeue
     saved = run.stopped_at(job, f"{job}.0")
     assert saved in [p.save for p in run.published(job)], run.log(job)
     run.check_whole(job)
@@ -79,10 +134,14 @@ def test_scancel_then_resubmit(run: Run) -> None:
     assert all(p.epoch > old for p in run.published(again)), run.log(again)
 
 
-@pytest.mark.parametrize("how", ["scancel -b --signal=TERM", "--time with --signal=B:TERM@N"])
-def test_a_signal_to_the_batch_shell_requeues_the_job(run: Run, how: str) -> None:
+@pytest.mark.parametrize(
+    "how", ["scancel -b --signal=TERM", "scancel -b through srun", "--time with --signal=B:TERM@N"]
+)
+def test_a_signal_to_the_batch_shell_requeues_the_job(run: Run, recipe: Recipe, how: str) -> None:
+    """Only the batch shell gets SIGTERM (publish run, which the shell execs): it passes it on to training
+    (to srun's task as SIGTERM), then asks Slurm to requeue the job, saying so."""
     if how.startswith("scancel"):
-        job = run.submit()
+        job = run.submit(srun="srun" in how)
         run.slurm.running(job)
         run.wait_saved(job, f"{job}.0", 4)
         run.slurm.run("scancel", "-b", "--signal=TERM", job)
@@ -92,35 +151,7 @@ def test_a_signal_to_the_batch_shell_requeues_the_job(run: Run, how: str) -> Non
         run.slurm.running(job)
     back = run.slurm.requeued(job, timeout=150)
     assert back["JobState"] == "RUNNING"
-    saved = run.stopped_at(job, f"{job}.0")
-    run.check_resumed(job, f"{job}.1", saved)
-    assert saved in [p.save for p in run.published(job)]
-    end(run, job)
-    run.check_whole(job)
-    run.check_root()
-
-
-def test_training_through_srun_gets_the_sigterm(run: Run) -> None:
-    job = run.submit(srun=True)
-    run.slurm.running(job)
-    run.wait_saved(job, f"{job}.0", 4)
-    run.slurm.run("scancel", "-b", "--signal=TERM", job)
-    run.slurm.requeued(job)
-    saved = run.stopped_at(job, f"{job}.0")
-    run.check_resumed(job, f"{job}.1", saved)
-    end(run, job)
-    run.check_whole(job)
-    run.check_root()
-
-
-def test_training_through_srun_saves_on_requeue(run: Run) -> None:
-    """A job-wide signal reaches srun's task as SIGTERM: srun waits for it, and the trap leaves the job alone
-    (a scancel of a requeued job would block this shell until KillWait killed it, before its last scan)."""
-    job = run.submit(srun=True)
-    run.slurm.running(job)
-    run.wait_saved(job, f"{job}.0", 4)
-    run.slurm.run("scontrol", "requeue", job)
-    run.slurm.requeued(job)
+    assert f"{recipe.requeue_note} {job}" in run.log(job)
     saved = run.stopped_at(job, f"{job}.0")
     assert saved in [p.save for p in run.published(job)], run.log(job)
     run.check_resumed(job, f"{job}.1", saved)
@@ -129,12 +160,17 @@ def test_training_through_srun_saves_on_requeue(run: Run) -> None:
     run.check_root()
 
 
-def test_an_array_of_two_tasks_sharing_one_root(run: Run) -> None:
+def test_an_array_of_two_tasks_sharing_one_root(run: Run, recipe: Recipe) -> None:
     job = run.submit("--array=0-1", steps=6)
     tasks = [f"{job}_0", f"{job}_1"]
     for t in tasks:
         assert run.slurm.ended(t, timeout=120)["JobState"] == "COMPLETED", run.log(t)
     published = {t: run.published(t) for t in tasks}
+    if recipe.array_task_attempts:
+        for t in tasks:
+            assert {p.save.rsplit("/", 2)[1] for p in published[t]} == {
+                f"{t}.0"
+            }  # <array job>_<task>.<restart>
     epochs = {t: {p.epoch for p in ps} for t, ps in published.items()}
     assert all(len(e) == 1 for e in epochs.values()), epochs
     assert epochs[tasks[0]] != epochs[tasks[1]], epochs  # even when both started in the same second
@@ -149,6 +185,9 @@ def test_an_array_of_two_tasks_sharing_one_root(run: Run) -> None:
     again = run.submit(steps=2)
     assert run.slurm.ended(again, timeout=90)["JobState"] == "COMPLETED", run.log(again)
     assert f"trainer: resuming from {newest} at step" in run.log(again)
+
+
+# --- the recipe by hand: its trap and its watch -------------------------------------------------------------
 
 
 def slowed(tmp_path: Path, bin_dir: Path, body: str) -> Path:
@@ -196,6 +235,56 @@ def test_training_that_ends_before_watch_can_hear_is_still_published(
     run.check_root()
 
 
+# --- publish run: -max-idle-requeues ---------------------------------------------------------------------------
+
+
+# Crashes on the stop signal before its first save (as one that cannot even load its data would): exit 1.
+# One line: scontrol -o shows the job's command in its one line, newlines included.
+CRASHES = [
+    sys.executable, "-c",
+    "import signal, sys, time; "
+    "signal.signal(signal.SIGTERM, lambda *a: sys.exit('trainer: crashed before its first save')); "
+    "print('trainer: loading', flush=True); time.sleep(600)",
+]  # fmt: skip
+
+
+def test_a_trainer_that_never_saves_is_requeued_k_times_then_the_job_fails(
+    slurm: Slurm,  # noqa: F811
+    slurm_publish: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """-max-idle-requeues 2: dispatches 0 and 1 publish nothing and are requeued, dispatch 2 is not: the job
+    ends FAILED, where it would have been requeued for ever. Each dispatch is stopped by scancel -b (the
+    batch shell's SIGTERM, as the warning signal before the time limit sends it)."""
+    script = tmp_path / "slurm_run_idle.sh"
+    script.write_text(PUBLISH_RUN.script.read_text().replace(" -requeue ", " -requeue -max-idle-requeues 2 "))
+    script.chmod(0o755)
+    run = Run(slurm, slurm_publish, tmp_path, script)
+    j = slurm.sbatch(f"--output={run.logs}/%j.out", f"--chdir={run.root}", "--ntasks=1", str(script), *CRASHES,
+                     env=run.env)  # fmt: skip
+    for restarts in range(3):
+        if restarts:
+            slurm.requeued(j, restarts, timeout=90)
+        else:
+            slurm.running(j)
+        slurm.wait_for(
+            lambda n=restarts: run.log(j).count("trainer: loading") > n,
+            60,
+            f"dispatch {restarts} to start; log:\n{run.log(j)}",
+        )
+        slurm.run("scancel", "-b", "--signal=TERM", j)
+    record = slurm.ended(j, timeout=90)
+    log = run.log(j)
+    assert (record["JobState"], record["Restarts"], record["ExitCode"]) == ("FAILED", "2", "1:0"), log
+    assert log.count(f"publish: run: asked Slurm to requeue job {j}") == 2, log
+    assert "idle requeue 1 of at most 2 in a row" in log and "idle requeue 2 of at most 2 in a row" in log
+    assert (
+        f"publish: run: job {j} not requeued: this dispatch and the 2 before it, each requeued, published "
+        "nothing (it had no save to resume from) (-max-idle-requeues 2); exiting non-zero, so the job ends FAILED"
+    ) in log
+    assert len([n for n in (run.root / "exec").iterdir() if n.name.startswith(".idle-")]) == 2
+
+
 # --- repeated trials ----------------------------------------------------------------------------------------
 # Each way a job is stopped, several times over: the races of a job script (a signal before the trap is set,
 # wait cut short by the trap, a watch stopped before it can hear, the job-wide signal reaching watch at the
@@ -203,7 +292,7 @@ def test_training_that_ends_before_watch_can_hear_is_still_published(
 
 TRIALS = int(os.environ.get("PUBLISH_SLURM_TRIALS", "2"))
 SIDE_BY_SIDE = 2  # trials at once: two jobs of one CPU each (the test node has two at least)
-REQUEUE_NOTE = "slurm_job.sh: asked Slurm to requeue job"
+REQUEUE_NOTE = BY_HAND.requeue_note
 # what stops the job, and whether it comes back: by the script's own requeue, by Slurm's, or not at all
 STOPS = {
     "scancel": ("scancel", "ended"),

@@ -2,7 +2,7 @@
 no real Slurm produces: a command that never stops writing is stopped at the limit (killed and reaped) and
 reported; ordinary answers, errors and timeouts read as before.
 
-tests/test_run_slurm.py and tests/test_slurm.py run the same code against a real Slurm."""
+tests/test_slurm.py runs the same code against a real Slurm."""
 
 from __future__ import annotations
 
