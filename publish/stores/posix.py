@@ -6,7 +6,8 @@ link after a check is refused, not followed.  Removal walks down with ``O_NOFOLL
 
 One store made of two parts: the root's directories (:class:`publish.stores.posix_root.RootDirs`: the root's
 descriptor, pub/, exec/ and tomb/ never through a link) and the generic file operations over them
-(:class:`publish.stores.posix_files.PosixFiles`); the entry, mark and tombstone operations are here.
+(:class:`publish.stores.posix_files.PosixFiles`, imported on first use: a resolve that answers needs none of
+them); the entry, mark and tombstone operations, and ``holds`` and ``exists``, are here.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from publish.deadline import Deadline
 from publish.errors import Failure, FileError
 from publish.layout import EXEC, POSIX_NAME_MAX, PUB, TOMB
 from publish.redact import shown
-from publish.stores.base import LastChange, Removal, Upload
-from publish.stores.posix_files import PosixFiles
 from publish.stores.posix_root import RootDirs, entry_kind
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from publish.stores.base import LastChange, Removal, Upload
+    from publish.stores.posix_files import PosixFiles
 
 _O_NOFOLLOW = fsops.O_NOFOLLOW
 _O_CLOEXEC = fsops.O_CLOEXEC
@@ -35,15 +39,24 @@ class PosixStore:
     def __init__(self, root: str) -> None:
         self.root = root
         self._dirs = RootDirs(root)
-        self._files = PosixFiles(self._dirs)
+        self._files_part: PosixFiles | None = None
+
+    @property
+    def _files(self) -> PosixFiles:
+        """The file operations part, made on first use (its module imported then)."""
+        if self._files_part is None:
+            from publish.stores.posix_files import PosixFiles
+
+            self._files_part = PosixFiles(self._dirs)
+        return self._files_part
 
     def location(self, path: str) -> str:
         return self._dirs.full(path)
 
-    # -- generic file operations: the files part
+    # -- generic file operations: the files part (holds and exists: an lstat of the root's directories)
 
     def holds(self, dl: Deadline, path: str) -> bool:
-        return self._files.holds(dl, path)
+        return self._dirs.lstat(path) is not None
 
     def list_folders(
         self, dl: Deadline, path: str, unexamined: list[tuple[str, str]] | None = None
@@ -54,7 +67,12 @@ class PosixStore:
         return self._files.read(dl, path, limit)
 
     def exists(self, dl: Deadline, path: str) -> bool:
-        return self._files.exists(dl, path)
+        """True when a regular file is at ``path``; a link, a FIFO or anything else there is refused."""
+        st = self._dirs.lstat(path)
+        if st is None:
+            return False
+        self._dirs.refuse_odd(path, st)
+        return True
 
     def children(self, dl: Deadline, path: str) -> tuple[list[str], list[str]]:
         return self.list_folders(dl, path), self.list_files(dl, path)
@@ -275,6 +293,8 @@ class PosixStore:
     def _remove_step(self, fds: list[int], part: str, rel: str, last: bool) -> Removal | None:
         """One element of remove_folder's walk: the Removal when the walk ends here, else None (the element's
         descriptor is appended to ``fds``)."""
+        from publish.stores.base import Removal  # prune's alone: a resolve needs none of base's types
+
         st = fsops.lstat_at(fds[-1], part)
         if st is None:
             return Removal(False)

@@ -36,9 +36,6 @@ class PosixFiles:
     def __init__(self, dirs: RootDirs) -> None:
         self._dirs = dirs
 
-    def holds(self, dl: Deadline, path: str) -> bool:
-        return self._dirs.lstat(path) is not None
-
     def list_folders(
         self, dl: Deadline, path: str, unexamined: list[tuple[str, str]] | None = None
     ) -> list[str]:
@@ -100,14 +97,6 @@ class PosixFiles:
             raise FileError(full, e, op="read") from None
         finally:
             os.close(fd)
-
-    def exists(self, dl: Deadline, path: str) -> bool:
-        """True when a regular file is at ``path``; a link, a FIFO or anything else there is refused."""
-        st = self._dirs.lstat(path)
-        if st is None:
-            return False
-        self._dirs.refuse_odd(path, st)
-        return True
 
     def list_files(self, dl: Deadline, path: str) -> list[str]:
         fd = self._dirs.open_folder(path)

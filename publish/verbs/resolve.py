@@ -7,7 +7,6 @@ from publish.errors import Failure, UsageError
 from publish.layout import EXEC, PUB
 from publish.redact import shown
 from publish.roots import S3Root
-from publish.stores.base import Store
 from publish.verbs import Say, common
 
 TYPE_CHECKING = False
@@ -15,6 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from publish.deadline import Deadline
+    from publish.stores.base import Store
 
 
 def newest_first(names: list[str], where: str) -> Iterator[layout.Entry]:
