@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import posix  # os's functions themselves: importing os costs a sixth of a bare start
 import sys
 
 from publish import __version__
@@ -123,7 +123,7 @@ def main(
         else:
             stop = trap.stop
     try:
-        call = Call(args, dashdash, env, cwd if cwd is not None else os.getcwd(), Say(out, warn), stop)
+        call = Call(args, dashdash, env, cwd if cwd is not None else posix.getcwd(), Say(out, warn), stop)
         code = cmd.run(call)
     except UsageError as e:
         warn(str(e))
@@ -257,12 +257,22 @@ def run() -> int:
     out: TextIO = _Closable(sys.stdout)  # type: ignore[assignment]
     err: TextIO = _Closable(sys.stderr)  # type: ignore[assignment]
     sys.stdout, sys.stderr = out, err
-    code = main(sys.argv[1:], os.environ, out, err, keep_traps=True)
+    code = main(sys.argv[1:], environment(), out, err, keep_traps=True)
     if _blocked:  # watch or run: exit with exactly this status, however many signals still arrive
         out.flush()
         err.flush()
-        os._exit(code)
+        posix._exit(code)
     return code
+
+
+def environment() -> dict[str, str]:
+    """What os.environ holds, each name and value decoded as os.environ decodes them, without importing os:
+    posix.environ is the dictionary of bytes os.environ is made from (and that a change to it changes)."""
+    encoding = sys.getfilesystemencoding()
+    return {
+        k.decode(encoding, "surrogateescape"): v.decode(encoding, "surrogateescape")
+        for k, v in posix.environ.items()
+    }
 
 
 class _Closable:
@@ -298,5 +308,5 @@ def _closed() -> NoReturn:
     except ValueError:  # not the main thread
         pass
     else:
-        os.kill(os.getpid(), signal.SIGPIPE)
-    os._exit(128 + signal.SIGPIPE)
+        posix.kill(posix.getpid(), signal.SIGPIPE)
+    posix._exit(128 + signal.SIGPIPE)

@@ -51,8 +51,9 @@ def test_a_posix_resolve_imports_nothing_of_the_network(tmp_path: Path) -> None:
 
 #: What a POSIX resolve that answers imports beyond the interpreter's own start (-I -S): the verb, its
 #: command line, the pure rules it applies and the POSIX store's entries and root (not its file operations, nor
-#: the Store protocol's types); no framework, no warnings or importlib, no typing, re or collections, and none
-#: of Go's value rules when no flag holds a number or a duration.
+#: the Store protocol's types); no framework, no warnings or importlib, no typing, re or collections, none of
+#: Go's value rules when no flag holds a number or a duration, and not os (nor posixpath, which imports it):
+#: os brings collections.abc, a sixth of a bare start; its functions are posix's, the environment posix's.
 POSIX_RESOLVE = {
     "publish",
     "publish.cli",
@@ -69,17 +70,12 @@ POSIX_RESOLVE = {
     "publish.stores",
     "publish.stores.posix",
     "publish.stores.posix_root",
-    # the standard library: os and what it brings, and the C modules layout's bulk check runs in
+    # the standard library: stat, errno, and the C modules layout's bulk check runs in
     "__future__",
-    "_collections_abc",
     "_operator",
     "_stat",
     "errno",
-    "genericpath",
     "itertools",
-    "os",
-    "os.path",
-    "posixpath",
     "stat",
 }
 
@@ -126,3 +122,22 @@ def test_the_framework_names_are_spelled_out_only_in_the_framework_table() -> No
         usage = cli.command(verb).usage()
         assert f"-framework {CHOICES} " in usage or verb == "status"
         assert usage.count(LISTED) == 1
+
+
+def test_the_environment_is_os_environ_without_importing_os(tmp_path: Path) -> None:
+    """cli.run hands main the environment as os.environ holds it: the same names and values, in the same order,
+    bytes that are not UTF-8 included (as lone surrogates), a change made through os.environ included."""
+    code = (
+        "import sys; from publish import cli; env = cli.environment(); "
+        "print('os' in sys.modules); import os; os.environ['ADDED'] = 'late\\udcff'; "
+        "print(list(env.items()) == list(os.environ.items())[:-1], cli.environment() == dict(os.environ))"
+    )
+    env = {
+        b"PATH": b"/usr/bin:/bin",
+        b"NOT_UTF8": b"\xff\xfe=\x80",
+        b"\xe9t\xe9": b"caf\xc3\xa9 \r%",
+        b"EMPTY": b"",
+    }
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); {code}"],
+                       env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (r.stdout, r.stderr) == ("False\nTrue True\n", "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import posix  # the POSIX store calls os's functions from posix, where a spy replaces them
 from pathlib import Path
 from typing import Callable
 
@@ -105,7 +106,7 @@ def test_create_entry_fsyncs_file_and_pub(
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
         real(fd)
 
-    monkeypatch.setattr(os, "fsync", spy)
+    monkeypatch.setattr(posix, "fsync", spy)
     name = layout.name(0, 1, "exec/A/checkpoint-1")
     store.create_entry(UNBOUNDED, name)
     assert str(root / "pub" / name) in synced
@@ -117,7 +118,9 @@ def test_a_mark_is_made_durably_and_never_through_a_link(
 ) -> None:
     synced: list[str] = []
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    monkeypatch.setattr(
+        posix, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))
+    )
     assert store.create_mark(UNBOUNDED, ".idle-x-1") is True
     assert str(root / "exec" / ".idle-x-1") in synced and str(root / "exec") in synced
     assert str(root) in synced  # exec/ was made: the root is synced too
@@ -135,7 +138,9 @@ def test_remove_entries_fsyncs_pub(store: PosixStore, root: Path, monkeypatch: p
     store.create_entry(UNBOUNDED, name)
     synced: list[str] = []
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    monkeypatch.setattr(
+        posix, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))
+    )
     store.remove_entries(UNBOUNDED, [name])
     assert synced == [str(root / "pub")]
 
@@ -206,7 +211,7 @@ def test_a_failed_fsync_of_a_new_entry_is_a_file_error(
 
     name = layout.name(0, 1, "exec/A/checkpoint-1")
     (root / "pub").mkdir()
-    monkeypatch.setattr(os, "fsync", lost)
+    monkeypatch.setattr(posix, "fsync", lost)
     with pytest.raises(FileError) as e:
         store.create_entry(UNBOUNDED, name)
     assert (e.value.op, e.value.thing, e.value.errno) == ("sync", f"{root}/pub/{name}", errno.EIO)

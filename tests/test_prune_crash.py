@@ -9,6 +9,7 @@ removed), with SIGKILL at random moments of a prune in a child process (PUBLISH_
 from __future__ import annotations
 
 import os
+import posix  # the POSIX store calls os's functions from posix, where a spy replaces them
 import random
 import shutil
 import threading
@@ -82,8 +83,8 @@ def test_tombstones_are_written_durably_before_any_entry_is_removed(
         events.append(f"unlink {path}")
         real_unlink(path, *a, **kw)
 
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "unlink", unlink)
+    monkeypatch.setattr(posix, "fsync", fsync)
+    monkeypatch.setattr(posix, "unlink", unlink)
     code, _, err = run(*prune_args(root, 1))
     assert code == 0, err
     names = {f"unlink {e.name}" for e in gone}  # entries are unlinked by name, relative to pub/'s descriptor

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from publish.errors import Failure
-from publish.roots import PosixRoot, S3Root, below, parse_root
+from publish.roots import PosixRoot, S3Root, below, clean_posix, parse_root
 
 
 @pytest.mark.parametrize(
@@ -102,3 +104,28 @@ def test_save_below_s3_root() -> None:
     for bad in ["s3://bkt/run", "s3://bkt/running/x", "s3://other/run/x", "/run/x", "exec/A/x"]:
         with pytest.raises(Failure):
             below(root, bad, "/", "SAVE")
+
+
+def _posixpath_clean(path: str, cwd: str) -> str:
+    """clean_posix as it was made from posixpath: the reference its own spelling must match."""
+    import posixpath
+
+    cleaned = posixpath.normpath(posixpath.join(cwd, path))
+    return "/" + cleaned.lstrip("/") if cleaned.startswith("//") else cleaned
+
+
+_PIECES = st.lists(st.sampled_from(["/", "//", "///", ".", "..", "...", "a", "pub", "é", "\r", "%2F", " "]))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(path=_PIECES.map("".join), cwd=_PIECES.map("".join))
+def test_clean_posix_is_posixpaths_join_and_normpath_with_one_leading_slash(path: str, cwd: str) -> None:
+    assert clean_posix(path, cwd) == _posixpath_clean(path, cwd)
+
+
+@pytest.mark.parametrize(
+    ("path", "cwd"),
+    [("", ""), ("", "/"), ("..", ""), ("../..", "a"), ("//x/../..", "/"), ("x", "//"), ("a/./b/", "rel/..")],
+)
+def test_clean_posix_at_the_edges(path: str, cwd: str) -> None:
+    assert clean_posix(path, cwd) == _posixpath_clean(path, cwd)

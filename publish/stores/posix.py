@@ -12,7 +12,7 @@ them); the entry, mark and tombstone operations, and ``holds`` and ``exists``, a
 
 from __future__ import annotations
 
-import os
+import posix as os  # os's functions themselves (os.open is posix.open): importing os costs a sixth of a bare start
 import stat
 
 from publish import fsops
@@ -122,15 +122,18 @@ class PosixStore:
         else:
             os.close(fd)
             return False
+        from os import makedirs  # init's alone
+        from posixpath import dirname
+
         try:
-            os.makedirs(self.root)
+            makedirs(self.root)
         except FileExistsError:
             return False  # made meanwhile by another init
         except OSError as e:
             raise FileError(
                 f"checkpoint root {shown(self.root)}", e, "could not make it", op="make"
             ) from None
-        parent = os.path.dirname(self.root.rstrip("/")) or "/"
+        parent = dirname(self.root.rstrip("/")) or "/"
         try:  # durable where the filesystem allows
             fd = os.open(parent, os.O_RDONLY | fsops.O_DIRECTORY | _O_CLOEXEC)
             try:
