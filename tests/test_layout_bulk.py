@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from publish import layout
+from publish.errors import Failure
 
 
 def parses(name: str) -> bool:
@@ -75,3 +76,28 @@ def test_each_position_of_the_head_is_checked(where: int, char: str) -> None:
     good = [layout.name(1, s, f"exec/1/checkpoint-{s}") for s in range(3)]
     bad = good[1][:where] + char + good[1][where + 1 :]
     assert layout.all_canonical([good[0], bad, good[2]]) == parses(bad)
+
+
+@pytest.mark.parametrize("count", [1, 2, 64, 65, 200])
+@pytest.mark.parametrize("path", [None, b"a/../b", b"pub", b"\xff"])
+def test_latest_of_answers_alike_on_either_side_of_the_few_it_parses_one_by_one(
+    count: int, path: bytes | None
+) -> None:
+    """Up to _FEW names latest_of parses each, above it checks them at once: the same entry, or the same
+    Failure naming the first bad name in sorted order."""
+    listed = [layout.name(7, s, f"exec/1/checkpoint-{s}") for s in range(count)]
+    if path is not None:
+        listed[count // 2] = raw_name(
+            7, 10**6 + count, path
+        )  # the greatest name: the one latest_of would take
+    try:
+        found: object = layout.latest_of(listed, "/r/pub")
+    except Failure as e:
+        found = str(e)
+    expected: object
+    try:
+        expected = max(layout.parse_all(listed, "/r/pub"), key=lambda e: e.name)
+    except Failure as e:
+        expected = str(e)
+    assert found == expected
+    assert (path is None) == isinstance(found, layout.Entry)
