@@ -21,7 +21,7 @@ from publish import layout
 from tests.conftest import REPO, base_env, command, run_cli
 from tests.trainer_saves import hf_save
 
-RESERVED = ["pub", "pub/x", "tomb", "tomb/x", "exec"]
+RESERVED = ["pub", "pub/x", "tomb", "tomb/x", "man", "man/x", "exec"]
 
 
 def entry_for(root: Path, path: str, epoch: int = 1, step: int = 5) -> Path:

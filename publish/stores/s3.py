@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from publish.errors import Failure, StoreError
-from publish.layout import EXEC, PUB, ROOT_OBJECT, S3_KEY_MAX, TOMB
+from publish.layout import EXEC, MAN, PUB, ROOT_OBJECT, S3_KEY_MAX, TOMB
 from publish.redact import shown
 from publish.s3client import S3Client
 from publish.stores.base import LastChange, Removal, Upload
@@ -236,6 +236,22 @@ class S3Store:
     def remove_tombs(self, dl: Deadline, names: list[str]) -> None:
         for name in names:
             self.client.delete(self.key(f"{TOMB}/{name}"), deadline=dl)
+
+    # -- manifests
+
+    def write_manifest(self, dl: Deadline, entry: str, data: bytes) -> None:
+        self.client.put(self.key(f"{MAN}/{entry}"), data, deadline=dl)
+
+    def read_manifest(self, dl: Deadline, entry: str, limit: int) -> bytes | None:
+        return self.client.get(self.key(f"{MAN}/{entry}"), limit, deadline=dl)
+
+    def list_manifests(self, dl: Deadline) -> list[str]:
+        man = self.key(MAN) + "/"
+        listing = self.client.list(man, deadline=dl)
+        return [k[len(man) :] for k in listing.keys if k.startswith(man) and k != man]
+
+    def remove_manifests(self, dl: Deadline, names: list[str]) -> None:
+        self.client.delete_objects([self.key(f"{MAN}/{n}") for n in names], deadline=dl)
 
     # -- what the frameworks read of a save
 
