@@ -211,6 +211,23 @@ class Store(Protocol):
         the temporary files of writes cut off more than :data:`publish.stores.posix.TEMP_AGE` ago."""
         ...
 
+    def save_rows(self, dl: Deadline, path: str, digests: bool) -> list[tuple[str, int, str | None]]:
+        """What a manifest records of the save at ``path``: every regular file below the folder (by its path
+        relative to it; a save that is one file is the one row ``""``), its size, and its SHA-256 when
+        ``digests`` and the store can tell it cheaply (else None).  Sorted by path.  POSIX: read through
+        descriptors that never follow a link below the save (publish.stores.posix_saves), a link, a FIFO or
+        a device inside it left out.  S3: one LIST (digests None)."""
+        ...
+
+    def check_rows(
+        self, dl: Deadline, path: str, rows: list[tuple[str, int, str | None]], deep: bool
+    ) -> tuple[str, str] | None:
+        """The first of ``rows`` (in their order) the save at ``path`` does not match, as (the file's
+        location, why), or None: each file is there with that size and (``deep``) the SHA-256 of a row that
+        has one.  POSIX: through descriptors, never following a link below the save, several files hashed
+        at once.  S3: one LIST for the sizes; deep, ranged GETs of :data:`CHUNK` bytes."""
+        ...
+
     # -- generic file operations on paths relative to the root: saves and what the frameworks read
 
     def holds(self, dl: Deadline, path: str) -> bool:

@@ -428,3 +428,15 @@ class PosixStore(PosixFiles):
         except OSError as e:
             raise FileError(self._full(MAN), e) from None
         return stale
+
+    def save_rows(self, dl: Deadline, path: str, digests: bool) -> list[tuple[str, int, str | None]]:
+        from publish.stores.posix_saves import save_rows
+
+        return save_rows(self, dl, path, digests)
+
+    def check_rows(
+        self, dl: Deadline, path: str, rows: list[tuple[str, int, str | None]], deep: bool
+    ) -> tuple[str, str] | None:
+        from publish.stores.posix_saves import check_rows
+
+        return check_rows(self, dl, path, rows, deep)
