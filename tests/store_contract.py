@@ -192,6 +192,15 @@ class StoreContract:
         assert store.list_manifests(UNBOUNDED) == [b]
         assert store.read_manifest(UNBOUNDED, a, 1024) is None
 
+    def test_manifest_times_are_when_each_was_written(self, store: Store) -> None:
+        a = layout.name(0, 1, "exec/A/checkpoint-1")
+        assert store.manifest_times(UNBOUNDED) == {}
+        before = time.time()
+        store.write_manifest(UNBOUNDED, a, b"m")
+        times = store.manifest_times(UNBOUNDED)
+        assert list(times) == [a]
+        assert before - 5 <= times[a] <= time.time() + 5
+
     def test_manifests_entries_and_tombs_are_apart(self, store: Store) -> None:
         entry = layout.name(0, 1, "exec/A/checkpoint-1")
         store.write_manifest(UNBOUNDED, entry, b"m")

@@ -206,6 +206,11 @@ class Store(Protocol):
         POSIX leaves out the temporary files of writes (names starting with ``.``; no entry name does)."""
         ...
 
+    def manifest_times(self, dl: Deadline) -> dict[str, float]:
+        """Every name list_manifests lists and when it was last written, in seconds since the epoch: POSIX
+        the later of its mtime and ctime, S3 its LastModified (one LIST, as list_manifests)."""
+        ...
+
     def remove_manifests(self, dl: Deadline, names: list[str]) -> None:
         """Remove ``man/<name>`` for each name, durable before returning; a missing one is fine.  POSIX: also
         the temporary files of writes cut off more than :data:`publish.stores.posix.TEMP_AGE` ago."""

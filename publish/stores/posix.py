@@ -405,6 +405,23 @@ class PosixStore(PosixFiles):
         finally:
             os.close(fd)
 
+    def manifest_times(self, dl: Deadline) -> dict[str, float]:
+        fd = self._man_dir()
+        if fd is None:
+            return {}
+        try:
+            times = {}
+            for name in os.listdir(fd):
+                if not name.startswith("."):
+                    st = fsops.lstat_at(fd, name)
+                    if st is not None:  # else removed since it was listed
+                        times[name] = fsops.changed_at(st)
+            return times
+        except OSError as e:
+            raise FileError(self._full(MAN), e) from None
+        finally:
+            os.close(fd)
+
     def remove_manifests(self, dl: Deadline, names: list[str]) -> None:
         fd = self._man_dir()
         if fd is None:

@@ -252,6 +252,15 @@ class S3Store:
         listing = self.client.list(man, deadline=dl)
         return [k[len(man) :] for k in listing.keys if k.startswith(man) and k != man]
 
+    def manifest_times(self, dl: Deadline) -> dict[str, float]:
+        man = self.key(MAN) + "/"
+        listing = self.client.list(man, deadline=dl)
+        return {
+            k[len(man) :]: self._time(m, k, "list", self.location(MAN) + "/")
+            for k, m in zip(listing.keys, listing.modified)
+            if k.startswith(man) and k != man
+        }
+
     def remove_manifests(self, dl: Deadline, names: list[str]) -> None:
         self.client.delete_objects([self.key(f"{MAN}/{n}") for n in names], deadline=dl)
 

@@ -208,24 +208,31 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
     return count
 
 
+#: How long a manifest without an entry is left while its save is still there: a publication writes its
+#: manifest just before its entry, and may be between the two.
+UNBOUND_AGE = 3600.0
+
+
 def unbound_manifests(dl: Deadline, store: Store, say: Say) -> None:
-    """Remove the manifests in man/ whose entry is gone and whose save is gone too (a prune cut between
-    the two, an entry removed by hand).  One whose save is still there stays: a publication writes its
-    manifest before its entry, and may be between the two now.  A name that is no entry name is left,
-    said on stderr."""
-    names = store.list_manifests(dl)
-    if not names:
+    """Remove the manifests in man/ whose entry is gone (a prune cut between the two, an entry removed by
+    hand): at once when their save is gone too, else once written UNBOUND_AGE ago.  A name that is no
+    entry name is left, said on stderr."""
+    import time
+
+    times = store.manifest_times(dl)
+    if not times:
         store.remove_manifests(dl, [])  # POSIX: the temporary files of writes cut off long ago
         return
     entries = set(store.list_entries(dl))
+    now = time.time()
     gone = []
-    for name in sorted(set(names) - entries):
+    for name in sorted(set(times) - entries):
         try:
             entry = layout.parse(name)
         except ValueError as e:
             say.warn(f"prune: left {shown(store.location(MAN + '/' + name))} in place: not a manifest ({e})")
             continue
-        if not store.holds(dl, entry.path):
+        if now - times[name] > UNBOUND_AGE or not store.holds(dl, entry.path):
             gone.append(name)
     store.remove_manifests(dl, gone)
 
