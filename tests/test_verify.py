@@ -463,3 +463,37 @@ def test_prune_removes_a_manifest_whose_entry_and_save_are_gone(tier: Any) -> No
     assert r.code == 0, r
     assert tier.get(f"man/{gone}") is None
     assert tier.get(f"man/{young}") is not None and tier.get(f"man/{kept}") is not None
+
+
+# -- S3: a deep check reads in bounded ranged GETs, retried as every GET is ----------------------------------
+
+
+def test_s3_deep_check_reads_each_object_in_ranged_gets_of_8_mib(weed: Any, tmp_path: Path) -> None:
+    from tests.fault_proxy import FaultProxy, Respond
+
+    proxy = FaultProxy(weed.endpoint)
+    try:
+        tier = S3(Root(weed, tmp_path, endpoint=proxy.endpoint))
+        big = os.urandom(20 << 20)
+        files = {"__0_0.distcp": big, ".metadata": b"m"}
+        save(tier, 1, files)
+        newest = save(tier, 2, files)
+        with_digests(tier, newest, files)
+        proxy.reset()
+        proxy.add(Respond(503, "SlowDown"), kind="GET", times=1)  # the manifest's GET, sent again
+        r = resolve(tier, "-verify=deep")
+        assert (r.code, r.out, r.err) == (0, tier.where("exec/A/step-2") + "\n", ""), r
+        ranges = sorted(
+            s.headers.get("range", "") for s in proxy.seen if s.kind == "GET" and "range" in s.headers
+        )
+        assert ranges == sorted(
+            ["bytes=0-0", "bytes=0-8388607", "bytes=8388608-16777215", "bytes=16777216-20971519"]
+        ), ranges
+        flipped = bytearray(big)
+        flipped[-1] ^= 0x80
+        tier.put("exec/A/step-2/__0_0.distcp", bytes(flipped))
+        r = resolve(tier, "-verify=deep")
+        assert (r.code, r.out) == (0, tier.where("exec/A/step-1") + "\n"), r
+        assert r.err.startswith(passing_over(tier, newest, "exec/A/step-2/__0_0.distcp", "sha256 ")[:-1]), r
+    finally:
+        proxy.stop()
