@@ -442,6 +442,34 @@ def test_a_watch_scan_writes_the_manifest_before_the_entry(
     assert manifest.decode(entry, (posix.path / "man" / entry).read_bytes()) == rows_of(files, digests=True)
 
 
+def test_a_watch_scan_on_s3_writes_the_manifest_before_the_entry(
+    weed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PUBLISH_BIN", raising=False)
+    from publish.deadline import Deadline
+    from publish.frameworks import FRAMEWORKS
+    from publish.stores.s3 import S3Store
+    from publish.verbs import Say
+    from publish.verbs.watch import Watcher
+
+    tier = S3(Root(weed, tmp_path))
+    local = hf_save(tmp_path / "local", 7)
+    files = {p.name: p.read_bytes() for p in local.iterdir()}
+    for name, data in files.items():
+        tier.put(f"exec/A/checkpoint-7/{name}", data)
+    store = S3Store(tier.root.bucket, tier.root.prefix, weed.credentials(), proxy=None, env={})
+    order: list[str] = []
+    real_manifest, real_entry = S3Store.write_manifest, S3Store.create_entry
+    monkeypatch.setattr(
+        S3Store, "write_manifest", lambda s, *a: (order.append("manifest"), real_manifest(s, *a))[1]
+    )
+    monkeypatch.setattr(S3Store, "create_entry", lambda s, *a: (order.append("entry"), real_entry(s, *a))[1])
+    Watcher(store, Say(lambda s: None, lambda s: None), FRAMEWORKS["hf"], "exec/A", 0).scan(Deadline(30))
+    assert order == ["manifest", "entry"]
+    entry = layout.name(0, 7, "exec/A/checkpoint-7")
+    assert manifest.decode(entry, tier.get(f"man/{entry}")) == rows_of(files, digests=False)
+
+
 def test_prune_removes_the_manifests_of_the_entries_it_removes_and_dry_run_none(tier: Any) -> None:
     entries = [save(tier, s) for s in (1, 2, 3)]
     r = tier.run("prune", "-keep", "1", "-dry-run")
