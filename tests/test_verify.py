@@ -525,3 +525,15 @@ def test_s3_deep_check_reads_each_object_in_ranged_gets_of_8_mib(weed: Any, tmp_
         assert r.err.startswith(passing_over(tier, newest, "exec/A/step-2/__0_0.distcp", "sha256 ")[:-1]), r
     finally:
         proxy.stop()
+
+
+def test_a_save_that_is_a_link_to_one_file_is_read_through_it_as_the_frameworks_do(posix: Posix) -> None:
+    posix.put("exec/A/real/epoch=0-step=5.ckpt", b"weights")
+    (posix.path / "exec/A/last.ckpt").symlink_to("real/epoch=0-step=5.ckpt")
+    r = posix.run("publish", posix.where("exec/A/last.ckpt"), "5")
+    assert r.code == 0, r
+    entry = layout.name(0, 5, "exec/A/last.ckpt")
+    rows = [("", 7, hashlib.sha256(b"weights").hexdigest())]
+    assert manifest.decode(entry, (posix.path / "man" / entry).read_bytes()) == rows
+    r = resolve(posix, "-verify=deep")
+    assert (r.code, r.out, r.err) == (0, posix.where("exec/A/last.ckpt") + "\n", ""), r
