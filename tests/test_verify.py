@@ -537,3 +537,17 @@ def test_a_save_that_is_a_link_to_one_file_is_read_through_it_as_the_frameworks_
     assert manifest.decode(entry, (posix.path / "man" / entry).read_bytes()) == rows
     r = resolve(posix, "-verify=deep")
     assert (r.code, r.out, r.err) == (0, posix.where("exec/A/last.ckpt") + "\n", ""), r
+
+
+def test_prune_removes_the_manifest_of_an_entry_it_removes_whose_folder_stays(tier: Any) -> None:
+    tier.put("exec/A/step-1/inner/w", b"w")
+    tier.put("exec/A/step-1/v", b"v")
+    r = tier.run("publish", tier.where("exec/A/step-1/inner"), "1")
+    assert r.code == 0, r
+    r = tier.run("publish", tier.where("exec/A/step-1"), "2")
+    assert r.code == 0, r
+    inner, outer = layout.name(0, 1, "exec/A/step-1/inner"), layout.name(0, 2, "exec/A/step-1")
+    r = tier.run("prune", "-keep", "1")
+    assert (r.code, r.out) == (0, ""), r  # the folder stays: the kept entry holds it
+    assert tier.get("exec/A/step-1/inner/w") == b"w"
+    assert tier.get(f"man/{inner}") is None and tier.get(f"man/{outer}") is not None
