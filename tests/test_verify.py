@@ -551,3 +551,27 @@ def test_prune_removes_the_manifest_of_an_entry_it_removes_whose_folder_stays(ti
     assert (r.code, r.out) == (0, ""), r  # the folder stays: the kept entry holds it
     assert tier.get("exec/A/step-1/inner/w") == b"w"
     assert tier.get(f"man/{inner}") is None and tier.get(f"man/{outer}") is not None
+
+
+def test_prune_removes_a_manifest_without_an_entry_once_an_hour_old_though_its_save_is_there(
+    posix: Posix, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PUBLISH_BIN", raising=False)
+    import time
+
+    from publish.deadline import UNBOUNDED
+    from publish.stores.posix import PosixStore
+    from publish.verbs import Say
+    from publish.verbs.prune import UNBOUND_AGE, prune
+
+    kept = save(posix, 2)
+    left = layout.name(0, 1, "exec/A/step-1")
+    posix.put("exec/A/step-1/w", b"w")
+    posix.put(f"man/{left}", manifest.encode(left, []))  # its entry removed by hand
+    quiet = Say(lambda s: None, lambda s: None)
+    prune(UNBOUNDED, PosixStore(posix.url), quiet, 1)
+    assert posix.get(f"man/{left}") is not None  # young, and its save is there: it may be being published
+    later = time.time() + UNBOUND_AGE + 60
+    monkeypatch.setattr(time, "time", lambda: later)
+    prune(UNBOUNDED, PosixStore(posix.url), quiet, 1)
+    assert posix.get(f"man/{left}") is None and posix.get(f"man/{kept}") is not None
