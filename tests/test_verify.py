@@ -575,3 +575,30 @@ def test_prune_removes_a_manifest_without_an_entry_once_an_hour_old_though_its_s
     monkeypatch.setattr(time, "time", lambda: later)
     prune(UNBOUNDED, PosixStore(posix.url), quiet, 1)
     assert posix.get(f"man/{left}") is None and posix.get(f"man/{kept}") is not None
+
+
+def test_hashing_a_save_is_bounded_by_the_timeout(posix: Posix) -> None:
+    posix.put("exec/A/step-1/big", b"\0" * (64 << 20))
+    r = posix.run("publish", "-timeout", "1ms", posix.where("exec/A/step-1"), "1")
+    assert r.code == 1, r
+    assert (
+        r.err == f"publish: {posix.where('exec/A/step-1/big')}: reading it did not finish within -timeout\n"
+    ), r
+    assert not (posix.path / "pub").exists() or os.listdir(posix.path / "pub") == []
+    assert not (posix.path / "man").exists() or os.listdir(posix.path / "man") == []
+    r = posix.run("publish", posix.where("exec/A/step-1"), "1")
+    assert r.code == 0, r
+    r = resolve(posix, "-verify=deep", "-timeout", "1ms")
+    assert (r.code, r.out) == (1, ""), r  # a check cut short says nothing of the save: no other is chosen
+    assert r.err.endswith("big: reading it did not finish within -timeout\n"), r
+
+
+def test_prune_leaves_a_name_in_man_that_is_no_entry_name_and_says_so(posix: Posix) -> None:
+    save(posix, 1)
+    posix.put("man/not-a-manifest", b"x")
+    r = posix.run("prune", "-keep", "1")
+    assert r.code == 0, r
+    assert r.err.startswith(
+        f"publish: prune: left {posix.where('man/not-a-manifest')} in place: not a manifest"
+    ), r
+    assert posix.get("man/not-a-manifest") == b"x"
