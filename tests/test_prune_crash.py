@@ -214,10 +214,35 @@ def test_a_prune_cut_at_every_step_is_finished_by_the_next(tmp_path: Path) -> No
                 )  # type: ignore[arg-type]
             except Killed:
                 assert budget < steps
+            every_entry_has_its_manifest(root)
             code, _, err = run(*prune_args(root, keep))
             assert code == 0, err
-            assert tree(root, outside) == want, f"keep {keep}, cut after {budget} of {steps} steps"
+            got = tree(root, outside)
+            assert without_man(got) == without_man(want), f"keep {keep}, cut after {budget} of {steps} steps"
+            every_entry_has_its_manifest(root)
+            # A manifest whose entry the cut removed is left while its save is still there (a publication
+            # may be between its manifest and its entry), and goes with its save.
+            for name in set(os.listdir(root / "man")) - set(os.listdir(root / "pub")):
+                assert (root / layout.parse(name).path).exists(), name
             shutil.rmtree(root.parent)
+
+
+def without_man(t: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in t.items() if not k.startswith("0:man/")}
+
+
+def every_entry_has_its_manifest(root: Path) -> None:
+    entries = set(os.listdir(root / "pub"))
+    missing = entries - set(os.listdir(root / "man"))
+    assert not missing, f"entries without their manifest: {sorted(missing)}"
+
+
+def test_an_uninterrupted_prune_removes_the_manifests_of_the_entries_it_removes(tmp_path: Path) -> None:
+    root, _ = build(tmp_path, "r")
+    code, _, err = run(*prune_args(root, 2))
+    assert code == 0, err
+    assert sorted(os.listdir(root / "man")) == sorted(os.listdir(root / "pub"))
+    assert len(os.listdir(root / "pub")) == 2
 
 
 # -- SIGKILL at random moments -----------------------------------------------------------------------------
@@ -275,10 +300,14 @@ def kill_trials(base: Path, trials: int, seed: int, workers: int = 2) -> tuple[C
         root, outside = build(base, f"t{i}")
         Driver(*prune_args(root, keep)).kill_after(delay)
         where = classify(root, initial[keep], final[keep], tree(root, outside))
+        every_entry_has_its_manifest(root)  # killed anywhere: never an entry without its manifest
         code, _, err2 = run(*prune_args(root, keep))
         assert code == 0, err2
         got = tree(root, outside)
-        assert got == final[keep], f"seed {seed} trial {i} (keep {keep}, killed after {delay:.3f} s, {where})"
+        assert without_man(got) == without_man(final[keep]), (
+            f"seed {seed} trial {i} (keep {keep}, killed after {delay:.3f} s, {where})"
+        )
+        every_entry_has_its_manifest(root)
         with lock:
             states[where] += 1
             lo, hi = window
@@ -340,6 +369,7 @@ def test_s3_prune_cut_at_every_request_is_finished_by_the_next(weed: Any, tmp_pa
         root.put_many(keys)
         made = [layout.Entry(0, k, f"exec/A/checkpoint-{k}") for k in range(5)]
         made += [layout.Entry(0, 0, "exec/B"), layout.Entry(0, 1, "exec/A/checkpoint-1/sub")]
+        root.put_many([f"man/{e.name}" for e in made])  # (an empty manifest: prune never reads one)
         root.put_many([f"pub/{e.name}" for e in made])
 
     try:
@@ -365,9 +395,21 @@ def test_s3_prune_cut_at_every_request_is_finished_by_the_next(weed: Any, tmp_pa
 
                 proxy.add(action, match=from_nth)
                 assert root.run("prune", "-keep", "2").code == 1
+                cut = f"cut at request {n + 1} of {requests} ({type(action).__name__})"
+                manifests = {k[len("man/") :] for k in root.keys("man/")}
+                assert set(root.entries()) <= manifests, f"{cut}: an entry without its manifest"
                 proxy.reset()
                 r = root.run("prune", "-keep", "2")
                 assert r.code == 0, r.err
-                assert root.keys() == want, f"cut at request {n + 1} of {requests} ({type(action).__name__})"
+                assert set(root.entries()) <= {k[len("man/") :] for k in root.keys("man/")}, cut
+                # A manifest a cut left without its entry stays while its save is there (a publication may be
+                # between the two) and goes with it.
+                held = root.keys()
+                assert [k for k in held if not k.startswith("man/")] == [
+                    k for k in want if not k.startswith("man/")
+                ], cut
+                for k in root.keys("man/"):
+                    if k not in want:
+                        assert root.keys(layout.parse(k[len("man/") :]).path + "/"), (cut, k)
     finally:
         proxy.stop()
