@@ -78,14 +78,16 @@ def src(tmp_path: Path) -> tuple[Path, PosixStore]:
 
 
 def test_part_sizes_keep_memory_bounded() -> None:
-    assert transfer.default_part(8) == 16 * MIB
+    assert transfer.default_part(8) == 8 * MIB
     assert transfer.default_part(1) == 64 * MIB
     assert transfer.default_part(64) == 5 * MIB
     # a file that would need more than 10,000 parts gets larger ones, and fewer threads hold them
-    assert transfer.part_of(10_000 * 16 * MIB + 1, 16 * MIB) == 17 * MIB
-    threads, buffer = transfer.plan([1 << 40], 8, 16 * MIB)
-    assert buffer == 105 * MIB and threads * buffer <= transfer.BUDGET
-    threads, buffer = transfer.plan([100, 200], 8, 16 * MIB)  # small files: small buffers, no idle threads
+    assert transfer.part_of(10_000 * 8 * MIB + 1, 8 * MIB) == 9 * MIB
+    threads, buffer = transfer.plan([1 << 40], 8, 8 * MIB)
+    assert buffer == 105 * MIB and threads == 1
+    threads, buffer = transfer.plan([300 * MIB], 8, 8 * MIB)
+    assert (threads, buffer) == (8, 8 * MIB)
+    threads, buffer = transfer.plan([100, 200], 8, 8 * MIB)  # small files: small buffers, no idle threads
     assert (threads, buffer) == (2, 200)
 
 

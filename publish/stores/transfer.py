@@ -42,10 +42,11 @@ MIB = 1 << 20
 MIN_PART = 5 * MIB
 MAX_PARTS = 10_000
 MAX_PART = 64 * MIB
-#: The bytes of part buffers held at once (jobs x part size): with the interpreter's own ~30 MiB, peak RSS
-#: stays well below 256 MiB.  A file over MAX_PARTS x this needs parts larger than BUDGET / jobs: fewer threads
+#: The bytes of part buffers held at once (jobs x part size): 8 MiB parts for 8 threads, and with the
+#: interpreter's own ~40 MiB a peak RSS near 110 MiB, far below 256 MiB.  Larger parts cost the same CPU per
+#: byte and no more throughput against SeaweedFS (docs/perf-mirror.md).  A file over MAX_PARTS x this needs parts larger than BUDGET / jobs: fewer threads
 #: then send at once (docs/limits.md).
-BUDGET = 128 * MIB
+BUDGET = 64 * MIB
 #: How long the aborts of a failed upload may take, past the deadline when it has passed (best effort).
 ABORT_TIME = 10.0
 _READ_STEP = 4 * MIB
