@@ -22,6 +22,7 @@ loopback, not of a disk.  Median of ``--runs`` rounds, with the lowest and highe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import random
@@ -36,8 +37,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-
-import contextlib
 
 from tests.servers import Weed  # noqa: E402
 
