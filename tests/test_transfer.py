@@ -217,6 +217,43 @@ def test_a_file_that_grows_during_the_upload_fails(
     assert objects(weed, dst) == {}
 
 
+def test_a_file_touched_during_the_upload_fails(
+    weed: Weed, weed_bucket: str, src: tuple[Path, PosixStore], fault_proxy: FaultProxy
+) -> None:
+    """Same size, same bytes, a new mtime: a writer was there, and what was read may mix two versions."""
+    root, posix = src
+    path = root / "s" / "touched.distcp"
+    write(root, "s/touched.distcp", blob(PART * 3, 9))
+    write(root, "s/other", b"o")
+    fault_proxy.add(Hook(lambda req: os.utime(path, (1, 1))), method="PUT", query="partNumber", times=1)
+    dst = dst_store(weed, weed_bucket, fault_proxy.endpoint)
+    with pytest.raises(UploadError, match=r"/s/touched\.distcp: changed while it was being uploaded"):
+        upload_save(Deadline(60), posix, "s", dst, jobs=1, part_size=PART)
+    assert open_uploads(weed, dst) == []
+
+
+def test_bytes_altered_on_the_way_are_refused_by_the_store(
+    weed: Weed, weed_bucket: str, src: tuple[Path, PosixStore], fault_proxy: FaultProxy
+) -> None:
+    """The CRC32 sent with a part is checked by SeaweedFS: a part whose bytes change on the way (one bit)
+    is refused (BadDigest, not sent again), and the upload fails naming the file."""
+    root, posix = src
+    write(root, "s/big.distcp", blob(PART * 2 + 3, 5))
+
+    class Flip(Action):
+        def handle(self, proxy: FaultProxy, h: ProxyHandler, req: Seen) -> None:
+            body = bytearray(req.body)
+            body[len(body) // 2] ^= 1
+            proxy.forward(h, Seen(req.method, req.target, req.headers, bytes(body)))
+
+    fault_proxy.add(Flip(), method="PUT", match=lambda r: "partNumber=2" in r.target, times=1)
+    dst = dst_store(weed, weed_bucket, fault_proxy.endpoint)
+    with pytest.raises(UploadError, match=r"upload of .*/s/big\.distcp: store: upload-part s3://.*BadDigest"):
+        upload_save(Deadline(60), posix, "s", dst, jobs=2, part_size=PART)
+    assert open_uploads(weed, dst) == []
+    assert objects(weed, dst) == {}
+
+
 def test_a_file_truncated_during_the_upload_fails(
     weed: Weed, weed_bucket: str, src: tuple[Path, PosixStore], fault_proxy: FaultProxy
 ) -> None:
