@@ -402,3 +402,40 @@ def test_the_deadline_bounds_the_upload(
     with pytest.raises(UploadError, match=r"/s/big\.distcp: .*timed out"):
         upload_save(Deadline(2), posix, "s", dst, jobs=2, part_size=PART)
     assert time.monotonic() - t0 < 15
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_an_exception_from_a_signal_handler_stops_the_threads_and_aborts(
+    weed: Weed, weed_bucket: str, src: tuple[Path, PosixStore], fault_proxy: FaultProxy
+) -> None:
+    """What run's SIGTERM handler raises in the main thread ends the upload at once: no thread takes another
+    part, the multipart uploads are aborted, and the handler's exception is what the caller gets."""
+    import signal
+    import time
+
+    root, posix = src
+    for i in range(2):
+        write(root, f"s/big-{i}.distcp", blob(PART * 4, i))
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        fault_proxy.add(
+            Hook(lambda req: os.kill(os.getpid(), signal.SIGUSR1)), method="PUT", query="partNumber", times=1
+        )
+        dst = dst_store(weed, weed_bucket, fault_proxy.endpoint)
+        t0 = time.monotonic()
+        with pytest.raises(Interrupted):
+            upload_save(Deadline(60), posix, "s", dst, jobs=2, part_size=PART)
+        assert time.monotonic() - t0 < 20
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    parts = [r for r in fault_proxy.seen if "partNumber" in r.query]
+    assert len(parts) <= 4  # the first, and at most one more per thread, of 8
+    assert open_uploads(weed, dst) == []
+    assert threading.active_count() < 10
