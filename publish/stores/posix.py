@@ -55,6 +55,11 @@ class PosixStore:
             self._files_part = PosixFiles(self._dirs)
         return self._files_part
 
+    @property
+    def dirs(self) -> RootDirs:
+        """The root's directories, reached through descriptors: what the upload of a save walks."""
+        return self._dirs
+
     def location(self, path: str) -> str:
         return self._dirs.full(path)
 

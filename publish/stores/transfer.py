@@ -27,7 +27,7 @@ from publish import fsops
 from publish.deadline import Deadline
 from publish.errors import PublishError, UploadError
 from publish.redact import shown
-from publish.stores.posix_root import _MARKER_FLAGS, kind
+from publish.stores.posix_root import MARKER_FLAGS, kind
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
@@ -168,12 +168,12 @@ def _walk(src: PosixStore, save: str) -> tuple[int, list[tuple[str, os.stat_resu
     """(a descriptor of the save's folder, or -1 for a save that is one file; each regular file below it
     with its lstat).  A link, a FIFO or anything else that is not a folder or a regular file is an error
     naming it."""
-    st = src._lstat(save)
+    st = src.dirs.lstat(save)
     if st is None:
         raise UploadError(shown(src.location(save)), "no such save")
     if stat.S_ISREG(st.st_mode):
         return -1, [("", st)]
-    top = src._dir(save)  # the save's own path is found as the frameworks find it
+    top = src.dirs.open_folder(save)  # the save's own path is found as the frameworks find it
     if top is None:
         raise UploadError(shown(src.location(save)), "no such save")
     found: list[tuple[str, os.stat_result]] = []
@@ -238,7 +238,7 @@ def _open(run: _Run, f: _File) -> int:
     try:
         if run.save_fd < 0:  # the save is this one file
             parent, _, name = run.save.rpartition("/")
-            d = run.src._dir(parent)
+            d = run.src.dirs.open_folder(parent)
             if d is None:
                 raise FileNotFoundError(errno.ENOENT, "No such file or directory")
         else:
@@ -249,7 +249,7 @@ def _open(run: _Run, f: _File) -> int:
                 os.close(d)
                 d = nxt
         try:
-            fd = os.open(name, _MARKER_FLAGS, dir_fd=d)
+            fd = os.open(name, MARKER_FLAGS, dir_fd=d)
         finally:
             os.close(d)
         st = os.fstat(fd)
