@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from publish import layout
-from tests.conftest import REPO, Watch, run_cli
+from tests.conftest import REPO, Lines, Watch, run_cli
 from tests.s3roots import Root
 from tests.trainer_saves import hf_save
 
@@ -339,6 +339,14 @@ def test_stale_multipart_uploads_of_the_mirror_are_aborted(weed: Any, tmp_path: 
     assert not left
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            found += [int(p) for p in f.read().split()]
+    return found
+
+
 def _check_mirror(t: Tiers) -> None:
     """No mirror entry names a save that is not wholly there."""
     for entry in t.mirror.entries():
@@ -346,27 +354,38 @@ def _check_mirror(t: Tiers) -> None:
 
 
 def test_kill_9_during_uploads_never_publishes_half_a_save(weed: Any, tmp_path: Path) -> None:
-    """A campaign: publish watch killed with SIGKILL at 20 random points of its uploads; after each kill no
-    mirror entry names an incomplete save, and the next watch (stopped at once) finishes every upload."""
+    """A campaign: publish watch and publish run (in turn) killed with SIGKILL at 20 random points after
+    they published a save on the root (during its upload, mostly); after each kill no mirror entry names an
+    incomplete save, and the next watch (stopped at once) finishes every upload."""
     t = Tiers(weed, tmp_path)
     rng = random.Random(27)
-    finished_by_next = 0
+    cut = 0  # kills that left a save pending with some of its objects uploaded
     for step in range(1, 21):
-        t.save(step, files=6, size=3 << 20)
-        w = Watch(*t.flags("-framework", "hf", "-interval", "50ms", "-attempt", "a"))
-        time.sleep(rng.uniform(0.2, 1.5))
+        t.save(step, files=4, size=1 << 20)
+        flags = t.flags("-framework", "hf", "-interval", "50ms", "-attempt", "a")
+        w = Watch(*flags) if step % 2 else Watch.__new__(Watch)
+        if not step % 2:  # publish run, COMMAND a sleep in a process group of its own
+            Lines.__init__(w, "run", *flags, "--", "sleep", "60")
+        line = w.next_line(timeout=30)
+        assert line.startswith("published ") and str(t.fast) in line, line
+        time.sleep(rng.uniform(0, 0.25))
+        children = _children(w.proc.pid)
         w.proc.send_signal(signal.SIGKILL)
         w.proc.wait(timeout=30)
-        assert w.proc.stderr is not None and w.proc.stdout is not None
+        for pid in children:
+            os.killpg(pid, signal.SIGKILL)
+        assert w.proc.stderr is not None
         w.proc.stderr.close()
         _check_mirror(t)
-        pending = set(t.fast_entries()) - set(t.mirror.entries())
-        finished_by_next += bool(pending)
+        name = line.split()[1]
+        path = layout.parse(name).path
+        if name not in t.mirror.entries() and t.mirror.keys(path + "/"):
+            cut += 1
         code, err, _ = t.watch_once(timeout=120)
         assert code == 0, err
         _check_mirror(t)
         assert set(t.mirror.entries()) == set(t.fast_entries())
-    assert finished_by_next >= 5  # the kills did cut uploads off
+    assert cut >= 5, cut  # the kills did cut uploads off half way
 
 
 def test_run_mirrors_a_two_rank_dcp_save_that_loads_back(weed: Any, tmp_path: Path) -> None:
