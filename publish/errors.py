@@ -84,6 +84,17 @@ class StoreError(Failure):
         )
 
 
+class UploadError(Failure):
+    """A file of a save that was not uploaded whole: ``path`` is the file on the source root (as messages show
+    it), ``detail`` what went wrong (a store's fault in its own words, scrubbed where it came in).  The
+    message is ``upload of PATH: DETAIL``."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        super().__init__(f"upload of {path}: {detail}")
+        self.path = path
+        self.detail = detail
+
+
 class FileError(StoreError):
     """An OSError met on a POSIX root, as a store error: ``path`` (the location) and ``errno``.
 

@@ -34,9 +34,12 @@ from publish.urls import netloc, parse_endpoint, parse_proxy
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from typing import Union
 
     from publish.streams import Stream
     from publish.tls import Conn, Context
+
+    Body = Union[bytes, bytearray, memoryview]  # sent as it is: a caller's buffer is never copied whole
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -106,6 +109,15 @@ class Connector:
         self._proxy_trust: Trust | None = None
         self._stream: Stream | None = None
         self._deadline: float | None = None
+
+    def clone(self) -> Connector:
+        """A connector to the same server by the same way, with a connection of its own (one per thread);
+        the trust found by this one is shared."""
+        other = Connector.__new__(Connector)
+        other.__dict__.update(self.__dict__)
+        other._stream = None
+        other._deadline = None
+        return other
 
     # -- time and contexts
 
@@ -307,7 +319,7 @@ class Connector:
 
     # -- requests
 
-    def _head(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> bytes:
+    def _head(self, method: str, target: str, headers: Mapping[str, str], body: Body) -> bytes:
         if not method.isascii() or not http1.is_token(method.encode("ascii")):
             raise ValueError("bad HTTP method")
         if not target.startswith("/") or not target.isascii() or any(ord(c) <= 0x20 for c in target):
@@ -331,7 +343,7 @@ class Connector:
         method: str,
         target: str,
         headers: Mapping[str, str],
-        body: bytes = b"",
+        body: Body = b"",
         *,
         timeout: float | None,
         limit: int = DEFAULT_LIMIT,
@@ -353,7 +365,7 @@ class Connector:
         stream = self._stream
         try:
             if len(body) <= 65536:
-                stream.sendall(head + body)
+                stream.sendall(head + bytes(body))
             else:
                 stream.sendall(head)
                 stream.sendall(body)

@@ -1,7 +1,9 @@
 """An S3 REST client for one bucket: path-style requests signed with SigV4, over one :class:`net.Connector`.
 
 ListObjectsV2, GET (with a size cap), HEAD, PUT (plain and ``If-None-Match: *``), DELETE and DeleteObjects;
-ListMultipartUploads, ListParts and AbortMultipartUpload (for ``prune -orphans``).
+ListMultipartUploads, ListParts and AbortMultipartUpload (for ``prune -orphans``); a PUT of file bytes and
+CreateMultipartUpload, UploadPart and CompleteMultipartUpload (for publish.stores.transfer), each body sent
+from the caller's buffer with its CRC32 for the store to check.
 Every request gets the time left before the :class:`Deadline` handed to it (the client keeps none).  Idempotent
 requests are retried on a dropped connection, 500, 502, 503, 504 and SlowDown with jittered exponential
 backoff while time is left; any other error fails at once as :class:`StoreError` ``"<operation> <key>:
@@ -57,7 +59,15 @@ _CONDITIONAL = Policy(ok=frozenset((412,)), conditional=True)
 __all__ = ["GET_LIMIT", "Listing", "S3Client"]
 
 if TYPE_CHECKING:
+    from typing import Union
+
     Renew = Callable[[str], Credentials]
+    Body = Union[bytes, bytearray, memoryview]
+
+#: What a body's CRC32 is sent as (the store checks it and answers with what it computed), and how a PUT or
+#: UploadPart body is signed: its integrity is the CRC32 the store checks, its SHA-256 is not computed twice.
+CHECKSUM = "x-amz-checksum-crc32"
+UNSIGNED = "UNSIGNED-PAYLOAD"
 
 
 class S3Client:
@@ -85,6 +95,7 @@ class S3Client:
         self.creds = creds
         self.bucket = bucket
         self.renew = renew
+        self._options = (proxy, env, cafile)
         self.clock = clock
         self.sleep = sleep
         self.rand = rand
@@ -112,6 +123,24 @@ class S3Client:
     def close(self) -> None:
         self.conn.close()
 
+    def fork(self) -> S3Client:
+        """Another client of the same bucket with the same credentials, renewer and time, over a connection of
+        its own: one for each thread that sends at the same time as others."""
+        proxy, env, cafile = self._options
+        return S3Client(
+            self.creds,
+            self.bucket,
+            proxy=proxy,
+            env=env,
+            cafile=cafile,
+            renew=self.renew,
+            clock=self.clock,
+            sleep=self.sleep,
+            rand=self.rand,
+            now=self.now,
+            connector=self.conn.clone(),
+        )
+
     # -- one request
 
     def _send(
@@ -122,10 +151,11 @@ class S3Client:
         method: str,
         query: Sequence[tuple[str, str]] = (),
         headers: Mapping[str, str] | None = None,
-        body: bytes = b"",
+        body: Body = b"",
         limit: int = SMALL_LIMIT,
         *,
         deadline: Deadline,
+        payload: str = "",
     ) -> Answer:
         """Sign and send once (``key`` None: to the bucket itself; ``name`` is the key messages name); a
         refusal of the credentials is renewed and sent once more."""
@@ -135,7 +165,8 @@ class S3Client:
         renewed = False
         while True:
             hdrs = {"host": self.conn.host_header, **(headers or {})}
-            signed = sigv4.sign_s3(method, path, query, hdrs, sha256_hex(body), self.creds, self.now())
+            digest = payload or sha256_hex(bytes(body))  # bytes of bytes: the same object
+            signed = sigv4.sign_s3(method, path, query, hdrs, digest, self.creds, self.now())
             self.sent[op] += 1
             try:
                 resp = self.conn.request(
@@ -376,10 +407,14 @@ class S3Client:
             return a.body[:length]
         return a.body[offset : offset + length]
 
-    def head(self, key: str, *, deadline: Deadline = UNBOUNDED) -> dict[str, str] | None:
-        """The object's headers, or None when there is none."""
+    def head(
+        self, key: str, *, checksum: bool = False, deadline: Deadline = UNBOUNDED
+    ) -> dict[str, str] | None:
+        """The object's headers, or None when there is none; ``checksum``: with the checksum the store keeps
+        (``x-amz-checksum-mode: ENABLED``)."""
+        headers = {"x-amz-checksum-mode": "ENABLED"} if checksum else None
         with self._lock:
-            a = self._idempotent("head", key, key, "HEAD", ok=(404,), deadline=deadline)
+            a = self._idempotent("head", key, key, "HEAD", headers=headers, ok=(404,), deadline=deadline)
         if a.status == 404:
             if a.code in ("NoSuchKey", "NotFound"):
                 return None
@@ -473,3 +508,105 @@ class S3Client:
                 k, code, message = errors[0]
                 text = f"{redact.shown(code)}: {redact.shown(message)}"
                 raise StoreError(text, op="delete", thing=self.where(k), code=code, status=200)
+
+    # -- uploads of file bytes (publish.stores.transfer): one thread per client, bodies from its buffer
+
+    def _checked(
+        self, op: str, key: str, query: Sequence[tuple[str, str]], body: Body, crc: str, deadline: Deadline
+    ) -> Answer:
+        """PUT ``body`` (unsigned, with its CRC32 ``crc`` in base64) through the retry loop; the answer must
+        carry the CRC32 the store computed, equal to ``crc``, when it carries one."""
+        headers = {
+            "content-length": str(len(body)),
+            "x-amz-sdk-checksum-algorithm": "CRC32",
+            CHECKSUM: crc,
+        }
+        with self._lock:
+            a = self._retrying(
+                lambda: self._send(
+                    op, key, key, "PUT", query, headers, body, deadline=deadline, payload=UNSIGNED
+                ),
+                Policy(),
+                deadline,
+                op,
+                key,
+            )
+        got = a.headers.get(CHECKSUM)
+        if got is not None and got != crc:
+            raise StoreError(
+                f"the store computed the CRC32 {redact.shown(redact.foreign(got))} of the bytes it received, "
+                f"not {crc}: they changed on the way",
+                op=op,
+                thing=self.where(key),
+            )
+        return a
+
+    def put_bytes(self, key: str, body: Body, crc: str, *, deadline: Deadline = UNBOUNDED) -> str:
+        """PUT a whole object whose CRC32 is ``crc`` (base64), sent again on a dropped connection or a 5xx (the
+        same bytes again: idempotent); its ETag."""
+        return self._checked("put", key, (), body, crc, deadline).headers.get("etag", "")
+
+    def create_upload(self, key: str, *, deadline: Deadline = UNBOUNDED) -> str:
+        """CreateMultipartUpload with CRC32 checksums; its upload id.  A resend after a lost answer leaves the
+        first upload open: the stale uploads of a prefix are aborted by ``prune -orphans``."""
+        headers = {"x-amz-checksum-algorithm": "CRC32", "content-length": "0"}
+        with self._lock:
+            a = self._idempotent(
+                "create-upload", key, key, "POST", [("uploads", "")], headers, deadline=deadline
+            )
+        return s3xml.upload_id(self.where(key), a.body)
+
+    def upload_part(
+        self, key: str, upload_id: str, number: int, body: Body, crc: str, *, deadline: Deadline = UNBOUNDED
+    ) -> str:
+        """UploadPart ``number`` (from 1) with CRC32 ``crc`` (base64), sent again as :meth:`put_bytes`; its
+        ETag."""
+        query = [("partNumber", str(number)), ("uploadId", upload_id)]
+        etag = self._checked("upload-part", key, query, body, crc, deadline).headers.get("etag", "")
+        if not etag:
+            raise StoreError(
+                f"the store sent no ETag for part {number}", op="upload-part", thing=self.where(key)
+            )
+        return etag
+
+    def complete_upload(
+        self, key: str, upload_id: str, parts: Sequence[tuple[str, str]], *, deadline: Deadline = UNBOUNDED
+    ) -> str:
+        """CompleteMultipartUpload of ``parts`` ((ETag, CRC32) of parts 1, 2, ...); the ChecksumCRC32 the
+        store answered with ("" when it sent none).  A 200 answer holding an error document is that error
+        (retried when it is InternalError or SlowDown).  After a resend, 404 NoSuchUpload may mean the first
+        send completed it: "" is returned, and the caller checks the object itself."""
+        body = s3xml.complete_request(parts)
+        headers = {"content-type": "application/xml", "content-length": str(len(body))}
+        thing = self.where(key)
+        sends = [0]
+        result: list[str] = []
+
+        def send() -> Answer:
+            sends[0] += 1
+            a = self._send(
+                "complete-upload",
+                key,
+                key,
+                "POST",
+                [("uploadId", upload_id)],
+                headers,
+                body,
+                LIST_LIMIT,
+                deadline=deadline,
+            )
+            if a.status < 300:
+                _, crc, error = s3xml.completed(thing, a.body)
+                if error:
+                    a.status, (a.code, _, a.message) = 400, error.partition(": ")  # the code decides a resend
+                else:
+                    result[:] = [crc]
+            return a
+
+        with self._lock:
+            a = self._retrying(send, Policy(ok=frozenset((404,))), deadline, "complete-upload", key)
+        if a.status == 404:
+            if a.code == "NoSuchUpload" and sends[0] > 1:
+                return ""
+            raise refused("complete-upload", thing, a)
+        return result[0] if result else ""

@@ -334,3 +334,39 @@ def delete_errors(body: bytes) -> list[tuple[str, str, str]] | None:
         for err in _children(root, "Error")
         if (code := _text(err, "Code")) != "NoSuchKey"
     ]
+
+
+def upload_id(thing: str, body: bytes) -> str:
+    """The UploadId of a CreateMultipartUpload answer; ``thing`` is the object's URL, which a fault names."""
+    root = _parse_xml(body)
+    if root is None or root.tag != "InitiateMultipartUploadResult" or not _text(root, "UploadId"):
+        raise StoreError("the store sent an answer without an UploadId", op="create-upload", thing=thing)
+    return _text(root, "UploadId")
+
+
+def complete_request(parts: Sequence[tuple[str, str]]) -> bytes:
+    """The body of a CompleteMultipartUpload request: (ETag, base64 CRC32) of parts 1, 2, ... in order."""
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        + "".join(
+            f"<Part><PartNumber>{n}</PartNumber><ETag>{_escape(etag)}</ETag>"
+            f"<ChecksumCRC32>{_escape(crc)}</ChecksumCRC32></Part>"
+            for n, (etag, crc) in enumerate(parts, 1)
+        )
+        + "</CompleteMultipartUpload>"
+    ).encode("utf-8")
+
+
+def completed(thing: str, body: bytes) -> tuple[str, str, str]:
+    """(ETag, ChecksumCRC32, "") of a CompleteMultipartUpload answer, or ("", "", CODE: MESSAGE) when the
+    store answered 200 with an error document (S3 does, for a completion that failed after it began)."""
+    root = _parse_xml(body)
+    if root is not None and root.tag == "Error":
+        code, message = _code(_text(root, "Code")), redact.shown(redact.foreign(_text(root, "Message")))
+        return "", "", f"{code}: {message}" if message else code
+    if root is None or root.tag != "CompleteMultipartUploadResult":
+        raise StoreError(
+            "the store sent an answer that is not a completion", op="complete-upload", thing=thing
+        )
+    return _text(root, "ETag"), _text(root, "ChecksumCRC32"), ""

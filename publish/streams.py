@@ -42,7 +42,7 @@ class SockStream:
         n = self.recv_into(memoryview(buf))
         return bytes(buf[:n])
 
-    def sendall(self, data: bytes) -> None:
+    def sendall(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         for i in range(0, len(view), _CHUNK):
             self.sock.settimeout(self._left())
@@ -111,7 +111,7 @@ class TLSStream:
         assert isinstance(n, int)
         return n
 
-    def sendall(self, data: bytes) -> None:
+    def sendall(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         for i in range(0, len(view), _CHUNK):
             piece = view[i : i + _CHUNK]
