@@ -33,7 +33,7 @@ def _plain(word: str) -> bool:
 
 
 def _valued(flag: Flag[Any]) -> bool:
-    return flag.kind != "bool"
+    return flag.kind not in ("bool", "boolean_like")
 
 
 def _values_bash(name: str) -> str:

@@ -1,7 +1,8 @@
 """Command-line flags with the semantics and messages of Go's ``flag`` package.
 
 One ``FlagSet`` per verb. ``-name value``, ``-name=value``, ``--name`` and ``--name=value`` are the same;
-a boolean flag never takes the next argument (``-probe=false`` sets it false); parsing stops at the first
+a boolean flag (and one parsed like it, ``-verify``) never takes the next argument (``-probe=false`` sets it
+false); parsing stops at the first
 argument that is not a flag (a lone ``-`` included) or after ``--``, which is consumed; a flag given twice
 keeps the last value; names are never abbreviated. Errors are ``FlagError`` with Go's text; this module
 imports nothing of the command, so a caller decides how an error is shown (the command's cli hides a URL's
@@ -87,7 +88,7 @@ class FlagError(Exception):
         if form == self.NEEDS_VALUE:
             return f"flag needs an argument: -{flag}"
         if form == self.BAD_BOOL:
-            return f"invalid boolean value {go_quote(shown(arg))} for -{flag}: {PARSE_ERROR}"
+            return f"invalid boolean value {go_quote(shown(arg))} for -{flag}: {self.why or PARSE_ERROR}"
         return f"invalid value {go_quote(shown(arg))} for flag -{flag}: {why(self.why, arg)}"
 
     def __str__(self) -> str:
@@ -157,6 +158,12 @@ class FlagSet:
     def boolean(self, name: str, default: bool, usage: str) -> Flag[bool]:
         shown = "true" if default else None
         return self._define(Flag(name, usage, "bool", default, _parse_bool, "", shown))
+
+    def boolean_like(self, name: str, default: T, usage: str, parse: Callable[[str], T]) -> Flag[T]:
+        """A flag parsed as a boolean is (Go's ``IsBoolFlag``): ``-name`` alone is ``parse("true")`` and never
+        takes the next argument; ``-name=TEXT`` is ``parse(TEXT)``, whose ``ValueError(why)`` is Go's
+        ``invalid boolean value`` with that why.  No default is shown in the usage."""
+        return self._define(Flag(name, usage, "boolean_like", default, parse, "", None))
 
     def duration(self, name: str, default: float, usage: str) -> Flag[float]:
         """A Go duration, held in seconds (``value`` is a float); a given value must be > 0."""
@@ -258,6 +265,11 @@ class FlagSet:
                         raise FlagError(FlagError.BAD_BOOL, text, name) from None
                 else:
                     flag.value = True
+            elif flag.kind == "boolean_like":
+                try:
+                    flag.value = flag.parse(text if has_value else "true")
+                except ValueError as e:
+                    raise FlagError(FlagError.BAD_BOOL, text, name, str(e)) from None
             else:
                 if not has_value and at < len(rest):
                     text, has_value = rest[at], True

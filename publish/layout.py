@@ -21,6 +21,8 @@ S3_KEY_MAX = 1024
 PUB = "pub"
 EXEC = "exec"
 TOMB = "tomb"
+#: Beside pub/: each entry's manifest, under the entry's name (publish.manifest).
+MAN = "man"
 #: The object ``publish init`` puts directly under an S3 root's prefix, so a new root holds something.
 ROOT_OBJECT = ".publish-root"
 
@@ -84,10 +86,10 @@ def clean_relative(path: str) -> bool:
 
 
 def reserved(path: str) -> str:
-    """Why the clean relative ``path`` can never be a save, or ``""``: pub/ and tomb/ and everything in them,
-    exec/ itself, and the root's own object.  (The root itself is no relative path at all.)"""
+    """Why the clean relative ``path`` can never be a save, or ``""``: pub/, tomb/ and man/ and everything in
+    them, exec/ itself, and the root's own object.  (The root itself is no relative path at all.)"""
     first = path.partition("/")[0]
-    if first in (PUB, TOMB):
+    if first in (PUB, TOMB, MAN):
         return f"{first}/ holds the root's own records" if first == path else f"it lies in {first}/"
     if path == EXEC:
         return f"{EXEC}/ holds every attempt's saves"
@@ -97,7 +99,7 @@ def reserved(path: str) -> str:
 
 
 # The reserved paths as all_canonical looks for them in paths joined by NUL: one ``in`` each, in C.
-_RESERVED_MARKS = tuple(f"\0{head}{tail}" for head in (PUB, TOMB) for tail in ("\0", "/")) + (
+_RESERVED_MARKS = tuple(f"\0{head}{tail}" for head in (PUB, TOMB, MAN) for tail in ("\0", "/")) + (
     f"\0{EXEC}\0",
     f"\0{ROOT_OBJECT}\0",
 )

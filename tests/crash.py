@@ -115,7 +115,11 @@ def build(base: Path, name: str, folders: int = 12, files: int = 4, big: int = 1
         layout.Entry(0, 1, "exec/a/checkpoint-2/nested"),
         layout.Entry(0, 2, f"exec/b/checkpoint-{folders - 1}/nested"),  # inside a save that stays
     ]
+    from publish import manifest
+
+    (root / "man").mkdir()
     for entry in made:
+        (root / "man" / entry.name).write_bytes(manifest.encode(entry.name, [("w", 1, None)]))
         (root / "pub" / entry.name).touch()
     return root, outside
 
@@ -144,8 +148,8 @@ class Killed(BaseException):
 
 
 class Cut:
-    """A PosixStore that stops dead after ``budget`` steps: each tombstone, entry and tombstone removal is a
-    step, and a folder's removal two (half of its files, then the rest)."""
+    """A PosixStore that stops dead after ``budget`` steps: each tombstone, entry, manifest and tombstone
+    removal is a step, and a folder's removal two (half of its files, then the rest)."""
 
     def __init__(self, store: PosixStore, budget: int) -> None:
         self.store, self.budget, self.steps = store, budget, 0
@@ -172,6 +176,12 @@ class Cut:
         for n in names:
             self._take()
             self.store.remove_tombs(dl, [n])
+
+    def remove_manifests(self, dl: Deadline, names: list[str]) -> None:
+        for n in names:
+            self._take()
+            self.store.remove_manifests(dl, [n])
+        self.store.remove_manifests(dl, [])
 
     def remove_folder(self, dl: Deadline, path: str) -> Any:
         self._take()

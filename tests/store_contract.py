@@ -170,6 +170,61 @@ class StoreContract:
         store.create_tombs(UNBOUNDED, sorted(names))
         assert sorted(store.list_tombs(UNBOUNDED)) == sorted(names)
 
+    # -- manifests: man/<entry name>, beside pub/
+
+    def test_fresh_root_has_no_manifests(self, store: Store) -> None:
+        name = layout.name(0, 1, "exec/A/checkpoint-1")
+        assert store.list_manifests(UNBOUNDED) == []
+        assert store.read_manifest(UNBOUNDED, name, 1024) is None
+        store.remove_manifests(UNBOUNDED, [name])  # nothing there: fine
+        assert store.list_manifests(UNBOUNDED) == []
+
+    def test_write_read_list_and_remove_manifests(self, store: Store) -> None:
+        a, b = layout.name(0, 1, "exec/A/checkpoint-1"), layout.name(0, 2, "exec/A/checkpoint-2")
+        store.write_manifest(UNBOUNDED, a, b'{"a":1}')
+        store.write_manifest(UNBOUNDED, b, b"second")
+        assert store.read_manifest(UNBOUNDED, a, 1024) == b'{"a":1}'
+        assert sorted(store.list_manifests(UNBOUNDED)) == sorted([a, b])
+        store.write_manifest(UNBOUNDED, a, b"replaced")  # a write replaces what was there
+        assert store.read_manifest(UNBOUNDED, a, 1024) == b"replaced"
+        assert sorted(store.list_manifests(UNBOUNDED)) == sorted([a, b])
+        store.remove_manifests(UNBOUNDED, [a, layout.name(0, 3, "exec/never")])
+        assert store.list_manifests(UNBOUNDED) == [b]
+        assert store.read_manifest(UNBOUNDED, a, 1024) is None
+
+    def test_manifest_times_are_when_each_was_written(self, store: Store) -> None:
+        a = layout.name(0, 1, "exec/A/checkpoint-1")
+        assert store.manifest_times(UNBOUNDED) == {}
+        before = time.time()
+        store.write_manifest(UNBOUNDED, a, b"m")
+        times = store.manifest_times(UNBOUNDED)
+        assert list(times) == [a]
+        assert before - 5 <= times[a] <= time.time() + 5
+
+    def test_manifests_entries_and_tombs_are_apart(self, store: Store) -> None:
+        entry = layout.name(0, 1, "exec/A/checkpoint-1")
+        store.write_manifest(UNBOUNDED, entry, b"m")
+        assert store.list_entries(UNBOUNDED) == [] and store.list_tombs(UNBOUNDED) == []
+        store.create_entry(UNBOUNDED, entry)
+        store.remove_manifests(UNBOUNDED, [entry])
+        assert store.list_entries(UNBOUNDED) == [entry]
+
+    def test_a_manifest_over_the_limit_is_refused_naming_it(self, store: Store) -> None:
+        name = layout.name(0, 1, "exec/A/checkpoint-1")
+        store.write_manifest(UNBOUNDED, name, b"x" * 100)
+        assert store.read_manifest(UNBOUNDED, name, 100) == b"x" * 100
+        with pytest.raises(Failure, match="man/" + name):
+            store.read_manifest(UNBOUNDED, name, 99)
+
+    def test_an_empty_manifest_is_read_as_empty_not_missing(self, store: Store) -> None:
+        name = layout.name(0, 1, "exec/A/checkpoint-1")
+        store.write_manifest(UNBOUNDED, name, b"")
+        assert store.read_manifest(UNBOUNDED, name, 10) == b""
+
+    def test_odd_names_in_man_are_listed_not_hidden(self, store: Store, make_file: MakeFile) -> None:
+        make_file("man/not-a-manifest")
+        assert store.list_manifests(UNBOUNDED) == ["not-a-manifest"]
+
     # -- marks: exec/<name>, run -requeue's record of a dispatch requeued without progress
 
     def test_create_mark_once_listed_beside_the_attempts(self, store: Store, make_file: MakeFile) -> None:

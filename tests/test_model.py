@@ -53,7 +53,7 @@ from tests.trainer_saves import real_state
 EPOCHS = {"A": 1, "B": 2, OVERLAP_ACCESS_KEY: 3}
 STEPS = [10, 20, 30, 40]
 LOOP_STEP = 77  # a link loop named like a save; no trainer writes this step
-RESERVED = ["", "pub", "pub/x", "tomb", "tomb/x", "exec"]
+RESERVED = ["", "pub", "pub/x", "tomb", "tomb/x", "man", "man/x", "exec"]
 _FULL = {step: real_state(step) for step in STEPS}
 
 

@@ -169,3 +169,91 @@ def test_read_at_most_reads_whole_files_up_to_the_limit(tmp_path: Path) -> None:
             assert read_at_most(fd, limit) == expected
         finally:
             os.close(fd)
+
+
+# -- manifests: man/ a real directory, a temporary file renamed into place
+
+
+def test_a_linked_man_is_refused_for_every_manifest_call(
+    store: PosixStore, root: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    name = layout.name(0, 1, "exec/A/checkpoint-1")
+    (elsewhere / name).write_bytes(b"planted")
+    (root / "man").symlink_to(elsewhere)
+    for call in (
+        lambda: store.write_manifest(UNBOUNDED, name, b"m"),
+        lambda: store.read_manifest(UNBOUNDED, name, 100),
+        lambda: store.list_manifests(UNBOUNDED),
+        lambda: store.remove_manifests(UNBOUNDED, [name]),
+    ):
+        with pytest.raises(Failure, match=f"{root}/man is a symbolic link"):
+            call()
+    assert os.listdir(elsewhere) == [name] and (elsewhere / name).read_bytes() == b"planted"
+
+
+def test_a_manifest_that_is_a_link_or_a_fifo_is_refused_never_followed(store: PosixStore, root: Path) -> None:
+    (root / "man").mkdir()
+    secret = root / "secret"
+    secret.write_bytes(b"not yours")
+    link, fifo = layout.name(0, 1, "exec/A/checkpoint-1"), layout.name(0, 2, "exec/A/checkpoint-2")
+    (root / "man" / link).symlink_to(secret)
+    os.mkfifo(root / "man" / fifo)
+    with pytest.raises(Failure, match=f"man/{link} is a symbolic link, not a regular file"):
+        store.read_manifest(UNBOUNDED, link, 100)
+    with pytest.raises(Failure, match=f"man/{fifo} is a FIFO, not a regular file"):
+        store.read_manifest(UNBOUNDED, fifo, 100)
+    store.write_manifest(UNBOUNDED, link, b"mine")  # replaces the link itself
+    assert secret.read_bytes() == b"not yours"
+    assert not (root / "man" / link).is_symlink() and (root / "man" / link).read_bytes() == b"mine"
+
+
+def test_write_manifest_fsyncs_the_file_and_man_and_leaves_no_temporary_file(
+    store: PosixStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    name = layout.name(0, 1, "exec/A/checkpoint-1")
+    store.write_manifest(UNBOUNDED, name, b"m" * 3_000_000)
+    assert os.listdir(root / "man") == [name]
+    assert (root / "man" / name).read_bytes() == b"m" * 3_000_000
+    assert synced[-1] == str(root / "man")
+    assert any(p.startswith(str(root / "man" / ".tmp-")) for p in synced[:-1])  # the file, before its rename
+
+
+def test_a_write_cut_off_leaves_its_temporary_file_which_a_later_removal_cleans(
+    store: PosixStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from publish.stores import posix
+
+    (root / "man").mkdir()
+    old = root / "man" / ".tmp-0123456789abcdef"
+    young = root / "man" / ".tmp-fedcba9876543210"
+    old.write_bytes(b"half")
+    young.write_bytes(b"being written")
+    import time
+
+    now = time.time() + posix.TEMP_AGE + 120  # a ctime cannot be set back: the clock is moved on instead
+    os.utime(young, (now - 20, now - 20))
+    monkeypatch.setattr(time, "time", lambda: now)
+    assert store.list_manifests(UNBOUNDED) == []  # temporary files are no manifests
+    store.remove_manifests(UNBOUNDED, [])
+    assert sorted(os.listdir(root / "man")) == [young.name]
+
+
+def test_a_failed_write_removes_its_temporary_file(
+    store: PosixStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = layout.name(0, 1, "exec/A/checkpoint-1")
+    (root / "man").mkdir()
+    (root / "man" / name).mkdir()  # a directory in the way: the rename fails
+    with pytest.raises(Failure, match=f"man/{name}"):
+        store.write_manifest(UNBOUNDED, name, b"m")
+    assert os.listdir(root / "man") == [name]

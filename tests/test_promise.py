@@ -21,7 +21,7 @@ from publish import layout
 from tests.conftest import REPO, base_env, command, run_cli
 from tests.trainer_saves import hf_save
 
-RESERVED = ["pub", "pub/x", "tomb", "tomb/x", "exec"]
+RESERVED = ["pub", "pub/x", "tomb", "tomb/x", "man", "man/x", "exec"]
 
 
 def entry_for(root: Path, path: str, epoch: int = 1, step: int = 5) -> Path:
@@ -77,10 +77,11 @@ def test_a_tombstone_naming_a_reserved_path_removes_nothing(root: Path, folder: 
     assert r.code == 0 and r.out == f"{root}/exec/A/checkpoint-9\n", r
 
 
-def test_watch_refuses_saves_inside_pub_or_tomb(root: Path) -> None:
-    (root / "tomb" / "x").mkdir(parents=True)
-    r = run_cli("watch", "-checkpoint", str(root), "-framework", "hf", str(root / "tomb"))
-    assert r.code == 1 and "holds no saves" in r.err, r
+@pytest.mark.parametrize("top", ["pub", "tomb", "man"])
+def test_watch_refuses_saves_inside_pub_tomb_or_man(root: Path, top: str) -> None:
+    (root / top / "x").mkdir(parents=True)
+    r = run_cli("watch", "-checkpoint", str(root), "-framework", "hf", str(root / top / "x"))
+    assert r.code == 1 and f"lies in the root's {top}/, which holds no saves" in r.err, r
 
 
 def _watch_once(root: Path, *args: str) -> subprocess.CompletedProcess[str]:

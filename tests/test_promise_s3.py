@@ -54,7 +54,7 @@ def test_a_root_in_use_needs_no_init(s3root: Root) -> None:
     assert f"{s3root.prefix}/{layout.ROOT_OBJECT}" not in [o["Key"] for o in listed]
 
 
-@pytest.mark.parametrize("save", ["pub", "pub/x", "tomb", "exec", layout.ROOT_OBJECT])
+@pytest.mark.parametrize("save", ["pub", "pub/x", "tomb", "man", "man/x", "exec", layout.ROOT_OBJECT])
 def test_publish_refuses_a_reserved_save(s3root: Root, save: str) -> None:
     s3root.put(f"{save}/obj" if save != layout.ROOT_OBJECT else save, b"x")
     r = s3root.run("publish", f"{s3root.url}/{save}", "5")

@@ -98,7 +98,7 @@ class Upload:
 
 
 class Store(Protocol):
-    """A checkpoint root: the pub/ entries, and the save folders they name."""
+    """A checkpoint root: the pub/ entries, their manifests in man/, and the save folders they name."""
 
     #: The root as printed in locations: an absolute POSIX path, or ``s3://BUCKET[/PREFIX]``; no trailing /.
     root: str
@@ -186,6 +186,51 @@ class Store(Protocol):
         POSIX: ``O_CREAT|O_EXCL`` in exec/ opened without following a link, then fsync of the file and of
         exec/.  S3: an empty PUT with ``If-None-Match: *``.  They are listed with ``list_files(exec)``.
         """
+        ...
+
+    # -- manifests: man/<entry name>, what each publication published (publish.manifest)
+
+    def write_manifest(self, dl: Deadline, entry: str, data: bytes) -> None:
+        """Write ``data`` as ``man/<entry>``, replacing what was there, durable before returning; man/ is
+        created when missing.  POSIX: man/ a real directory (never through a link), a temporary file in it
+        (``.tmp-`` and random hex), fsync, rename over ``<entry>``, fsync of man/.  S3: one PUT."""
+        ...
+
+    def read_manifest(self, dl: Deadline, entry: str, limit: int) -> bytes | None:
+        """The bytes of ``man/<entry>``, or None when there is none.  Over ``limit`` bytes is refused; on POSIX
+        so is a link, a FIFO or anything else that is not a regular file, and a man/ that is a link."""
+        ...
+
+    def list_manifests(self, dl: Deadline) -> list[str]:
+        """Every name directly in man/, in no set order, parsing none of them; a missing man/ holds nothing.
+        POSIX leaves out the temporary files of writes (names starting with ``.``; no entry name does)."""
+        ...
+
+    def manifest_times(self, dl: Deadline) -> dict[str, float]:
+        """Every name list_manifests lists and when it was last written, in seconds since the epoch: POSIX
+        the later of its mtime and ctime, S3 its LastModified (one LIST, as list_manifests)."""
+        ...
+
+    def remove_manifests(self, dl: Deadline, names: list[str]) -> None:
+        """Remove ``man/<name>`` for each name, durable before returning; a missing one is fine.  POSIX: also
+        the temporary files of writes cut off more than :data:`publish.stores.posix.TEMP_AGE` ago."""
+        ...
+
+    def save_rows(self, dl: Deadline, path: str, digests: bool) -> list[tuple[str, int, str | None]]:
+        """What a manifest records of the save at ``path``: every regular file below the folder (by its path
+        relative to it; a save that is one file is the one row ``""``), its size, and its SHA-256 when
+        ``digests`` and the store can tell it cheaply (else None).  Sorted by path.  POSIX: read through
+        descriptors that never follow a link below the save (publish.stores.posix_saves), a link, a FIFO or
+        a device inside it left out.  S3: one LIST (digests None)."""
+        ...
+
+    def check_rows(
+        self, dl: Deadline, path: str, rows: list[tuple[str, int, str | None]], deep: bool
+    ) -> tuple[str, str] | None:
+        """The first of ``rows`` (in their order) the save at ``path`` does not match, as (the file's
+        location, why), or None: each file is there with that size and (``deep``) the SHA-256 of a row that
+        has one.  POSIX: through descriptors, never following a link below the save, several files hashed
+        at once.  S3: one LIST for the sizes; deep, ranged GETs of :data:`CHUNK` bytes."""
         ...
 
     # -- generic file operations on paths relative to the root: saves and what the frameworks read

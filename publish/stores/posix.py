@@ -13,11 +13,17 @@ import stat
 from publish import fsops
 from publish.deadline import Deadline
 from publish.errors import Failure, FileError
-from publish.layout import EXEC, POSIX_NAME_MAX, PUB, TOMB
+from publish.fileio import read_at_most
+from publish.layout import EXEC, MAN, POSIX_NAME_MAX, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Removal, Upload
 from publish.stores.posix_files import PosixFiles
-from publish.stores.posix_root import _O_CLOEXEC, _O_NOFOLLOW, _entry_kind
+from publish.stores.posix_root import _MARKER_FLAGS, _O_CLOEXEC, _O_NOFOLLOW, _entry_kind, kind
+
+#: A manifest's temporary file: this prefix and random hex, in man/ (no entry name starts with ".").
+TEMP_PREFIX = ".tmp-"
+#: How long after its last change a temporary file in man/ is taken for one a cut-off write left.
+TEMP_AGE = 3600.0
 
 
 class PosixStore(PosixFiles):
@@ -311,3 +317,144 @@ class PosixStore(PosixFiles):
             self._unlink_all(fd, TOMB, names)
         finally:
             os.close(fd)
+
+    # -- manifests: man/ is reached through descriptors, never through a link, like pub/
+
+    def _man_dir(self) -> int | None:
+        """A descriptor of man/, never through a link; None when it is missing."""
+        root = self._open_root()
+        try:
+            return self._open_top(root, MAN)
+        finally:
+            os.close(root)
+
+    def _manifest_name(self, entry: str) -> str:
+        if not entry or "/" in entry or "\0" in entry or entry.startswith("."):
+            raise Failure(f"{shown(self._full(MAN) + '/' + entry)}: not a manifest's name")
+        return entry
+
+    def write_manifest(self, dl: Deadline, entry: str, data: bytes) -> None:
+        name = self._manifest_name(entry)
+        where = f"{self._full(MAN)}/{name}"
+        fd = self._made_top(MAN, 4, f"{self._full(MAN)}: appeared and vanished while it was opened")
+        temp = TEMP_PREFIX + os.urandom(8).hex()
+        written = False
+        try:
+            f = os.open(
+                temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o644, dir_fd=fd
+            )
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(f, view[: 1 << 20]) :]
+                os.fsync(f)
+            finally:
+                os.close(f)
+            os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)  # replaces a link there, never follows it
+            written = True
+            fsops.fsync_fd(fd)
+        except OSError as e:
+            raise FileError(shown(where), e) from None
+        finally:
+            if not written:
+                try:  # noqa: SIM105  (contextlib costs a POSIX resolve its start-up time)
+                    os.unlink(temp, dir_fd=fd)
+                except OSError:
+                    pass
+            os.close(fd)
+
+    def read_manifest(self, dl: Deadline, entry: str, limit: int) -> bytes | None:
+        name = self._manifest_name(entry)
+        where = shown(f"{self._full(MAN)}/{name}")
+        fd = self._man_dir()
+        if fd is None:
+            return None
+        try:
+            try:
+                f = os.open(name, _MARKER_FLAGS, dir_fd=fd)  # a link or a FIFO is refused, never followed
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                st = fsops.lstat_at(fd, name)
+                if st is not None and not stat.S_ISREG(st.st_mode):
+                    raise Failure(f"{where} is {kind(st.st_mode)}, not a regular file") from None
+                raise FileError(where, e) from None
+            try:
+                st = os.fstat(f)
+                if not stat.S_ISREG(st.st_mode):
+                    raise Failure(f"{where} is {kind(st.st_mode)}, not a regular file")
+                data = read_at_most(f, limit)
+            finally:
+                os.close(f)
+            if data is None:
+                raise Failure(f"{where} is over {limit} bytes")
+            return data
+        except OSError as e:
+            raise FileError(where, e) from None
+        finally:
+            os.close(fd)
+
+    def list_manifests(self, dl: Deadline) -> list[str]:
+        fd = self._man_dir()
+        if fd is None:
+            return []
+        try:
+            return [n for n in os.listdir(fd) if not n.startswith(".")]
+        except OSError as e:
+            raise FileError(self._full(MAN), e) from None
+        finally:
+            os.close(fd)
+
+    def manifest_times(self, dl: Deadline) -> dict[str, float]:
+        fd = self._man_dir()
+        if fd is None:
+            return {}
+        try:
+            times = {}
+            for name in os.listdir(fd):
+                if not name.startswith("."):
+                    st = fsops.lstat_at(fd, name)
+                    if st is not None:  # else removed since it was listed
+                        times[name] = fsops.changed_at(st)
+            return times
+        except OSError as e:
+            raise FileError(self._full(MAN), e) from None
+        finally:
+            os.close(fd)
+
+    def remove_manifests(self, dl: Deadline, names: list[str]) -> None:
+        fd = self._man_dir()
+        if fd is None:
+            return
+        try:
+            self._unlink_all(fd, MAN, [self._manifest_name(n) for n in names] + self._stale_temps(fd))
+        finally:
+            os.close(fd)
+
+    def _stale_temps(self, fd: int) -> list[str]:
+        """The temporary files in man/ (the directory ``fd``) unchanged for TEMP_AGE: writes cut off."""
+        import time
+
+        cutoff = time.time() - TEMP_AGE
+        stale = []
+        try:
+            for name in os.listdir(fd):
+                if name.startswith(TEMP_PREFIX):
+                    st = fsops.lstat_at(fd, name)
+                    if st is not None and stat.S_ISREG(st.st_mode) and fsops.changed_at(st) < cutoff:
+                        stale.append(name)
+        except OSError as e:
+            raise FileError(self._full(MAN), e) from None
+        return stale
+
+    def save_rows(self, dl: Deadline, path: str, digests: bool) -> list[tuple[str, int, str | None]]:
+        from publish.stores.posix_saves import save_rows
+
+        return save_rows(self, dl, path, digests)
+
+    def check_rows(
+        self, dl: Deadline, path: str, rows: list[tuple[str, int, str | None]], deep: bool
+    ) -> tuple[str, str] | None:
+        from publish.stores.posix_saves import check_rows
+
+        return check_rows(self, dl, path, rows, deep)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from publish.errors import Failure, StoreError
-from publish.layout import EXEC, PUB, ROOT_OBJECT, S3_KEY_MAX, TOMB
+from publish.layout import EXEC, MAN, PUB, ROOT_OBJECT, S3_KEY_MAX, TOMB
 from publish.redact import shown
 from publish.s3client import S3Client
 from publish.stores.base import LastChange, Removal, Upload
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from publish.deadline import Deadline
     from publish.s3client import Renew
 
+#: The bytes one ranged GET of a deep check asks for.
+CHUNK = 8 * 1024 * 1024
 #: The name of the probe object, directly under PREFIX (beside pub/), followed by random hex.
 PROBE_NAME = ".publish-probe-"
 #: What ``publish init`` writes into the root's own object (layout.ROOT_OBJECT).
@@ -236,6 +238,89 @@ class S3Store:
     def remove_tombs(self, dl: Deadline, names: list[str]) -> None:
         for name in names:
             self.client.delete(self.key(f"{TOMB}/{name}"), deadline=dl)
+
+    # -- manifests
+
+    def write_manifest(self, dl: Deadline, entry: str, data: bytes) -> None:
+        self.client.put(self.key(f"{MAN}/{entry}"), data, deadline=dl)
+
+    def read_manifest(self, dl: Deadline, entry: str, limit: int) -> bytes | None:
+        return self.client.get(self.key(f"{MAN}/{entry}"), limit, deadline=dl)
+
+    def list_manifests(self, dl: Deadline) -> list[str]:
+        man = self.key(MAN) + "/"
+        listing = self.client.list(man, deadline=dl)
+        return [k[len(man) :] for k in listing.keys if k.startswith(man) and k != man]
+
+    def manifest_times(self, dl: Deadline) -> dict[str, float]:
+        man = self.key(MAN) + "/"
+        listing = self.client.list(man, deadline=dl)
+        return {
+            k[len(man) :]: self._time(m, k, "list", self.location(MAN) + "/")
+            for k, m in zip(listing.keys, listing.modified)
+            if k.startswith(man) and k != man
+        }
+
+    def remove_manifests(self, dl: Deadline, names: list[str]) -> None:
+        self.client.delete_objects([self.key(f"{MAN}/{n}") for n in names], deadline=dl)
+
+    def save_rows(self, dl: Deadline, path: str, digests: bool) -> list[tuple[str, int, str | None]]:
+        from publish.manifest import good_path
+
+        found = self.sizes(dl, path)
+        if not found:
+            size = self.size(dl, path)  # a save that is one object (a Lightning .ckpt)
+            if size is None:
+                raise Failure(f"save {shown(self.location(path))} does not exist")
+            return [("", size, None)]
+        # A key no file system could hold (a folder marker ending in /, an empty element) is no file of it.
+        return sorted((rel, size, None) for rel, size in found.items() if good_path(rel))
+
+    def check_rows(
+        self, dl: Deadline, path: str, rows: list[tuple[str, int, str | None]], deep: bool
+    ) -> tuple[str, str] | None:
+        if len(rows) == 1 and rows[0][0] == "":
+            size = self.size(dl, path)
+            found = {} if size is None else {"": size}
+        else:
+            found = self.sizes(dl, path)
+        for rel, size, _ in rows:
+            where = self.location(f"{path}/{rel}" if rel else path)
+            got = found.get(rel)
+            if got is None:
+                return where, "missing"
+            if got != size:
+                return where, f"size {got}, manifest says {size}"
+        if not deep:
+            return None
+        for rel, size, digest in rows:
+            if digest is None:
+                continue
+            where = self.location(f"{path}/{rel}" if rel else path)
+            why = self._check_digest(dl, f"{path}/{rel}" if rel else path, size, digest)
+            if why:
+                return where, why
+        return None
+
+    def _check_digest(self, dl: Deadline, path: str, size: int, digest: str) -> str:
+        """Why the object at ``path`` is not ``size`` bytes of SHA-256 ``digest`` (read by ranged GETs of
+        CHUNK bytes), or ""."""
+        import hashlib
+
+        h = hashlib.sha256()
+        offset = 0
+        while offset < size:
+            data = self.client.get_range(self.key(path), offset, min(CHUNK, size - offset), deadline=dl)
+            if data is None:
+                return "missing"
+            if not data:
+                return f"size {offset} when read, manifest says {size}"
+            h.update(data)
+            offset += len(data)
+        if size == 0 and self.client.head(self.key(path), deadline=dl) is None:
+            return "missing"
+        got = h.hexdigest()
+        return "" if got == digest else f"sha256 {got}, manifest says {digest}"
 
     # -- what the frameworks read of a save
 

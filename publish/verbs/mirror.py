@@ -18,7 +18,7 @@ import time
 from publish import layout, roots
 from publish.deadline import Deadline
 from publish.errors import PublishError, UsageError
-from publish.layout import EXEC, PUB
+from publish.layout import EXEC, MAN, PUB
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.threads import Flag, Worker
@@ -135,7 +135,8 @@ class Tiers:
                 dl = Deadline(self.timeout + size / RATE_FLOOR)
             from publish.stores.transfer import upload_save
 
-            rows = upload_save(dl, fast, entry.path, mirror, expect=_manifest_rows(dl, fast, entry.name))
+            expect = _manifest_rows(dl, fast, entry.name)
+            rows = upload_save(dl, fast, entry.path, mirror, expect=expect)  # type: ignore[arg-type]
             from publish.verbs.publish import DOOMED, doomed_folders
 
             if doomed_folders(dl, mirror).related(entry.path):
@@ -143,7 +144,9 @@ class Tiers:
                     f"{shown(mirror.location(entry.path))}: {DOOMED} on the mirror: not published there"
                 )
                 return False
-            _write_manifest(dl, mirror, entry.name, rows)
+            from publish import manifest
+
+            mirror.write_manifest(dl, entry.name, manifest.encode(entry.name, rows))
             where = shown(mirror.location(entry.path))
             if mirror.create_entry(dl, entry.name):
                 self.say.out(f"published {entry.name} (epoch {entry.epoch}, step {entry.step}, {where})")
@@ -170,26 +173,14 @@ class Tiers:
 
 
 def _manifest_rows(dl: Deadline, store: Store, name: str) -> list[tuple[str, int, str | None]] | None:
-    """The rows of the fast root's manifest of the entry ``name``, or None when it has none."""
-    read = getattr(store, "read_manifest", None)
-    if read is None:
-        return None
-    from publish import manifest  # type: ignore[attr-defined,unused-ignore]
+    """The rows of the fast root's manifest of the entry ``name``, or None when it has none (a save
+    published before manifests)."""
+    from publish import manifest
 
-    data = read(dl, name, manifest.MANIFEST_LIMIT)
+    data = store.read_manifest(dl, name, manifest.MANIFEST_LIMIT)
     if data is None:
         return None
-    rows: list[tuple[str, int, str | None]] = manifest.decode(name, data)
-    return rows
-
-
-def _write_manifest(dl: Deadline, store: Store, name: str, rows: list[tuple[str, int, str]]) -> None:
-    write = getattr(store, "write_manifest", None)
-    if write is None:
-        return
-    from publish import manifest  # type: ignore[attr-defined,unused-ignore]
-
-    write(dl, name, manifest.encode(name, rows))
+    return manifest.decode(name, data, store.location(f"{MAN}/{name}"))
 
 
 class Uploader:

@@ -1,4 +1,5 @@
-"""prune: remove all but the latest entries, then the folders only they named; crash-consistent.
+"""prune: remove all but the latest entries (then their manifests), then the folders only they named;
+crash-consistent.
 
 Before removing an entry, prune records each folder it is about to remove as a tombstone in tomb/ (durable),
 and removes a tombstone only after its folder.  So a prune killed at any point leaves tombstones for every
@@ -12,7 +13,7 @@ from __future__ import annotations
 from publish import layout
 from publish.deadline import Deadline
 from publish.errors import UsageError
-from publish.layout import PUB, TOMB
+from publish.layout import MAN, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common
@@ -178,8 +179,9 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
         dl, [layout.tomb_name(f) for f in sched.folders + sched.orphans if f not in sched.recorded]
     )
     if sched.gone:
-        # Entries first: a crash never leaves one naming a missing save.
+        # Entries first: a crash never leaves one naming a missing save, nor one without its manifest.
         store.remove_entries(dl, [e.name for e in sched.gone])
+        store.remove_manifests(dl, [e.name for e in sched.gone])
     store.remove_tombs(dl, [layout.tomb_name(f) for f in sched.stale])
     if sched.orphans:
         _named_since(dl, store, sched)
@@ -210,7 +212,37 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
         # prune, which finds the folder gone and drops it.
         if finished:
             store.remove_tombs(dl, finished)
+    unbound_manifests(dl, store, say)
     return count
+
+
+#: How long a manifest without an entry is left while its save is still there: a publication writes its
+#: manifest just before its entry, and may be between the two.
+UNBOUND_AGE = 3600.0
+
+
+def unbound_manifests(dl: Deadline, store: Store, say: Say) -> None:
+    """Remove the manifests in man/ whose entry is gone (a prune cut between the two, an entry removed by
+    hand): at once when their save is gone too, else once written UNBOUND_AGE ago.  A name that is no
+    entry name is left, said on stderr."""
+    import time
+
+    times = store.manifest_times(dl)
+    if not times:
+        store.remove_manifests(dl, [])  # POSIX: the temporary files of writes cut off long ago
+        return
+    entries = set(store.list_entries(dl))
+    now = time.time()
+    gone = []
+    for name in sorted(set(times) - entries):
+        try:
+            entry = layout.parse(name)
+        except ValueError as e:
+            say.warn(f"prune: left {shown(store.location(MAN + '/' + name))} in place: not a manifest ({e})")
+            continue
+        if now - times[name] > UNBOUND_AGE or not store.holds(dl, entry.path):
+            gone.append(name)
+    store.remove_manifests(dl, gone)
 
 
 def aborted(store: Store, upload: Upload, would: str = "") -> str:

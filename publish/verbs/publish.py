@@ -11,7 +11,8 @@ from publish.verbs import Say, common
 
 
 def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, path: str) -> bool:
-    """Create the entry for the save at ``path``; print it, or say it was already there.  True when created."""
+    """Write the manifest of the save at ``path``, then create its entry; print it, or say it was already
+    there (its manifest left alone).  True when created."""
     where = shown(store.location(path))
     try:
         path.encode("utf-8")
@@ -20,11 +21,21 @@ def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, p
             f"save {where}: its path below the root is not UTF-8, which an entry name must be"
         ) from None
     name = layout.name(epoch, step, path)
+    if not store.exists(dl, f"{layout.PUB}/{name}"):
+        write_manifest(dl, store, name, path)
     if store.create_entry(dl, name):
         say.out(f"published {name} (epoch {epoch}, step {step}, {where})")
         return True
     say.warn(f"{name} already published (epoch {epoch}, step {step}, {where})")
     return False
+
+
+def write_manifest(dl: Deadline, store: Store, name: str, path: str) -> None:
+    """Record every file of the save at ``path`` (size, and SHA-256 where the store can tell it) as the
+    manifest of the entry ``name``, durably: before the entry, so no entry made here is ever without one."""
+    from publish import manifest
+
+    store.write_manifest(dl, name, manifest.encode(name, store.save_rows(dl, path, digests=True)))
 
 
 #: Why a save that a tombstone relates to is never published.

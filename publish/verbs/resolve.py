@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from publish import layout
 from publish.errors import Failure, UsageError
-from publish.layout import EXEC, PUB
+from publish.layout import EXEC, MAN, PUB
 from publish.redact import shown
 from publish.roots import S3Root
 from publish.stores.base import Store
@@ -44,30 +44,77 @@ def unpublished_saves(dl: Deadline, store: Store) -> int:
     return count
 
 
-def newest_save(dl: Deadline, store: Store, say: Say) -> layout.Entry | None:
-    """The newest entry whose save exists, passing over (on stderr) entries whose save is gone; None when
-    pub/ is empty.  Entries but no existing save is a Failure."""
+def newest_save(dl: Deadline, store: Store, say: Say, verify: str = "") -> layout.Entry | None:
+    """The newest entry whose save exists (and with ``verify``, ``sizes`` or ``deep``, matches its
+    manifest), passing over (on stderr) the others; None when pub/ is empty.  Entries but no such save is
+    a Failure."""
     names = store.list_entries(dl)
     where = store.location(PUB)
     for entry in newest_first(names, where):
         # One lstat on POSIX, one LIST (max-keys=1) on S3 for a save that is there: the answer is never a
         # save deleted by hand, by a framework's rotation or by a library's retention.
-        if store.holds(dl, entry.path):
+        if not store.holds(dl, entry.path):
+            say.warn(
+                f"{shown(where + '/' + entry.name)} names {shown(store.location(entry.path))}, which does not exist: passed over"
+            )
+        elif not verify or verified(dl, store, say, entry, verify == DEEP):
             return entry
-        say.warn(
-            f"{shown(where + '/' + entry.name)} names {shown(store.location(entry.path))}, which does not exist: passed over"
-        )
     if names:
-        raise Failure(f"{shown(where)}: none of its {len(names)} entries names a save that exists")
+        also = " and matches its manifest" if verify else ""
+        raise Failure(f"{shown(where)}: none of its {len(names)} entries names a save that exists{also}")
     return None
 
 
-def resolve(dl: Deadline, store: Store, say: Say) -> layout.Entry | None:
-    """Print the newest entry's save that exists (newest_save), and return its entry.
+#: -verify's values: off, the sizes, the sizes and the SHA-256 digests.
+OFF, SIZES, DEEP = "", "sizes", "deep"
+
+
+def verify_value(text: str) -> str:
+    """-verify's value: a Go boolean (true: the sizes; false: off) or ``deep``."""
+    if text == DEEP:
+        return DEEP
+    from publish.gocompat import parse_go_bool
+
+    try:
+        return SIZES if parse_go_bool(text) else OFF
+    except ValueError:
+        raise ValueError("must be true, false or deep") from None
+
+
+def verified(dl: Deadline, store: Store, say: Say, entry: layout.Entry, deep: bool) -> bool:
+    """True when the save of ``entry`` matches its manifest (``deep``: the digests too), or when the entry
+    has none (said on stderr: roots written before manifests keep working).  Else False, said on stderr
+    with the first bad file, or the manifest, and why.  A fault of the store itself is raised."""
+    from publish import manifest
+    from publish.errors import FileError, StoreError
+
+    loc = shown(store.location(f"{PUB}/{entry.name}"))
+    man = store.location(f"{MAN}/{entry.name}")
+    try:
+        data = store.read_manifest(dl, entry.name, manifest.MANIFEST_LIMIT)
+        if data is None:
+            say.warn(f"resolve: {loc} has no manifest ({shown(man)}): not verified")
+            return True
+        rows = manifest.decode(entry.name, data, man)
+    except Failure as e:
+        if isinstance(e, StoreError) and not isinstance(e, FileError) and e.limit is None:
+            raise  # the store failing says nothing about this entry
+        say.warn(f"resolve: passing over {loc}: {e}")
+        return False
+    bad = store.check_rows(dl, entry.path, rows, deep)
+    if bad is None:
+        return True
+    say.warn(f"resolve: passing over {loc}: {shown(bad[0])}: {bad[1]}")
+    return False
+
+
+def resolve(dl: Deadline, store: Store, say: Say, verify: str = "") -> layout.Entry | None:
+    """Print the newest entry's save that exists (newest_save; with ``verify``, that matches its manifest),
+    and return its entry.
 
     With nothing published: a missing root fails, and a hint about unpublished saves never fails the verb."""
     store.check_root(dl)
-    entry = newest_save(dl, store, say)
+    entry = newest_save(dl, store, say, verify)
     if entry is not None:
         say.out(shown(store.location(entry.path)))  # a control character: quoted, never ambiguous
         return entry
@@ -83,31 +130,36 @@ def resolve(dl: Deadline, store: Store, say: Say) -> layout.Entry | None:
     return None
 
 
-def newest_whole(dl: Deadline, store: Store, say: Say, must_exist: bool = True) -> layout.Entry | None:
+def newest_whole(
+    dl: Deadline, store: Store, say: Say, verify: str = "", must_exist: bool = True
+) -> layout.Entry | None:
     """resolve's answer on one root, printing nothing; ``must_exist``: a root that does not exist fails."""
     store.check_root(dl)
-    entry = newest_save(dl, store, say)
+    entry = newest_save(dl, store, say, verify)
     if entry is None and must_exist:
         store.check_exists(dl)
     return entry
 
 
-def resolve_tiers(dl: Deadline, fast: Store, mirror: Store, say: Say) -> tuple[Store, layout.Entry] | None:
+def resolve_tiers(
+    dl: Deadline, fast: Store, mirror: Store, say: Say, verify: str = ""
+) -> tuple[Store, layout.Entry] | None:
     """Print the newest save that exists whole on either tier (the fast root's when both have that epoch
-    and step), and return it with its store.  A tier that fails is said and the other answers; both
+    and step), and return it with its store; with ``verify``, each tier's answer is the newest of its
+    saves that matches its manifest there.  A tier that fails is said and the other answers; both
     failing is the fast root's failure.  A mirror nothing was ever written to holds nothing (the first
     upload makes it), unless the fast root failed."""
     try:
-        first: layout.Entry | None = newest_whole(dl, fast, say)
+        first: layout.Entry | None = newest_whole(dl, fast, say, verify)
     except Failure as e:
         try:
-            entry = newest_whole(dl, mirror, say)
+            entry = newest_whole(dl, mirror, say, verify)
         except Failure:
             raise e from None
         say.warn(f"{e}: answering from the mirror")
         return _answer(say, mirror, entry, mirror)
     try:
-        other = newest_whole(dl, mirror, say, must_exist=False)
+        other = newest_whole(dl, mirror, say, verify, must_exist=False)
     except Failure as e:
         say.warn(f"{e}: answering from the root")
         return _answer(say, fast, first, mirror)
@@ -129,12 +181,19 @@ def _answer(
 
 class Resolve(common.Command):
     name = "resolve"
-    synopsis = f"publish resolve {common.ROOT_FLAGS} [-probe] [-mirror URL]"
+    synopsis = f"publish resolve {common.ROOT_FLAGS} [-probe] [-verify[=deep]] [-mirror URL]"
     summary = "print the latest publication's save location, or nothing"
 
     def __init__(self) -> None:
         super().__init__()
         self.probe = self.fs.boolean("probe", False, "S3 only: run the probe checks first")
+        self.verify = self.fs.boolean_like(
+            "verify",
+            OFF,
+            "check the chosen save against its manifest: every file there with its size (-verify=deep: and "
+            "its SHA-256); a save that fails is passed over, naming the first bad file",
+            verify_value,
+        )
         self.mirror = common.mirror_flag(self.fs)
 
     def run(self, call: common.Call) -> int:
@@ -147,13 +206,13 @@ class Resolve(common.Command):
         dl = self.deadline(call)
         mirror = self.mirror_root(call, root)
         if mirror is not None:
-            resolve_tiers(dl, opened.store, self.open_mirror(call, mirror).store, call.say)
+            resolve_tiers(dl, opened.store, self.open_mirror(call, mirror).store, call.say, self.verify.value)
             return 0
         if s3 and self.probe.value:
             from publish.verbs.probe import probe
 
             probe(opened, dl)
-        resolve(dl, opened.store, call.say)
+        resolve(dl, opened.store, call.say, self.verify.value)
         return 0
 
 

@@ -8,7 +8,7 @@ from publish import layout, roots
 from publish.deadline import UNBOUNDED, Deadline
 from publish.errors import Failure, FileError, StoreError, UsageError
 from publish.frameworks import CHOICES, Framework
-from publish.layout import EXEC, PUB, TOMB
+from publish.layout import EXEC, MAN, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.threads import Flag, Worker
@@ -269,7 +269,7 @@ class Watch(common.SavesCommand):
         if call.args:
             saves = roots.below(root, call.args[0], call.cwd, "SAVES")
             first = saves.partition("/")[0]
-            if first in (PUB, TOMB):
+            if first in (PUB, TOMB, MAN):
                 raise Failure(
                     f"SAVES {shown(root.text.rstrip('/') + '/' + saves)} lies in the root's {first}/, which holds no saves"
                 )

@@ -1,0 +1,351 @@
+"""What a manifest records of a save on a POSIX root, and the check of a save against it.
+
+The save itself is found as the frameworks find it (a link to it is followed, as they follow it); below it,
+every directory and file is opened relative to its parent's descriptor with ``O_NOFOLLOW``, so a file
+swapped for a link is seen, never followed.  A link, a FIFO, a socket or a device inside a save is not a
+file of it: never read, never listed in a manifest.  Files are read in large chunks into one buffer per
+thread, several files at once (hashlib releases the GIL while it hashes), and every chunk checks the
+deadline.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from publish import fsops
+from publish.errors import Failure, FileError
+from publish.redact import shown
+from publish.stores.posix_root import _MARKER_FLAGS, PosixRoot, kind
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import TypeVar
+
+    from publish.deadline import Deadline
+
+    T = TypeVar("T")
+    Row = tuple[str, int, "str | None"]
+
+#: The bytes one read takes (one buffer per hashing thread).
+CHUNK = 8 * 1024 * 1024
+#: How many files are hashed at once.
+THREADS = 4
+#: The most files one save may hold (a manifest lists no more).
+FILES_LIMIT = 1_000_000
+
+
+class _Missing(Exception):
+    """What stands at a listed file is not a regular file there (``why`` says what)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def timed_out(dl: Deadline, where: str, doing: str) -> Failure:
+    return Failure(f"{shown(where)}: {doing} did not finish within -timeout")
+
+
+def hash_fd(fd: int, dl: Deadline, where: str, buf: bytearray | None = None) -> tuple[int, str]:
+    """The size and SHA-256 of what ``fd`` reads from here to its end, read a CHUNK at a time."""
+    import hashlib
+
+    h = hashlib.sha256()
+    buf = buf if buf is not None else bytearray(CHUNK)
+    view = memoryview(buf)
+    size = 0
+    while True:
+        n = os.readv(fd, [buf])
+        if not n:
+            return size, h.hexdigest()
+        h.update(view[:n])
+        size += n
+        left = dl.left()
+        if left is not None and left <= 0:
+            raise timed_out(dl, where, "reading it")
+
+
+def _open_dir_below(top: int, rel: str) -> int:
+    """The directory ``rel`` below the descriptor ``top``, each element opened with O_NOFOLLOW (a link is
+    ELOOP or ENOTDIR, as the platform says)."""
+    fd = os.dup(top)
+    try:
+        for part in rel.split("/") if rel else []:
+            nxt = os.open(part, fsops.DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_file_below(top: int, rel: str) -> int:
+    """The regular file ``rel`` below ``top``, never through a link; _Missing saying why when there is none."""
+    parent, _, name = rel.rpartition("/")
+    try:
+        dir_fd = _open_dir_below(top, parent)
+    except FileNotFoundError:
+        raise _Missing("missing") from None
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _Missing("a folder on its path is not a directory (a symbolic link?)") from None
+        raise
+    try:
+        try:
+            fd = os.open(name, _MARKER_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            raise _Missing("missing") from None
+        except OSError:
+            st = fsops.lstat_at(dir_fd, name)
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                raise _Missing(f"{kind(st.st_mode)}, not a regular file") from None
+            raise
+    finally:
+        os.close(dir_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise _Missing(f"{kind(st.st_mode)}, not a regular file")
+    return fd
+
+
+def parallel(work: Callable[[T], None], items: Sequence[T], threads: int = THREADS) -> None:
+    """``work(item)`` for every item, on up to ``threads`` threads; the first exception is raised once all
+    have stopped (the others stop taking items)."""
+    if len(items) <= 1 or threads <= 1:
+        for item in items:
+            work(item)
+        return
+    from publish.threads import Worker
+
+    errors: list[BaseException] = []
+    queue = list(reversed(items))
+    workers = []
+
+    def loop() -> None:
+        while not errors:
+            try:
+                item = queue.pop()
+            except IndexError:
+                return
+            try:
+                work(item)
+            except BaseException as e:  # handed to the caller's thread
+                errors.append(e)
+
+    for _ in range(min(threads, len(items))):
+        workers.append(Worker(loop))
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+
+
+class SaveFiles:
+    """The files of the save at ``path`` of ``store``: ``top`` a descriptor of the save's folder (None for a
+    save that is one file, then ``file`` is its descriptor)."""
+
+    def __init__(self, store: PosixRoot, path: str) -> None:
+        self.store = store
+        self.path = path
+        self.top: int | None = None
+        self.file: int | None = None
+        parent, _, name = path.rpartition("/")
+        root = store._open_root()
+        try:
+            try:
+                self.top = store._open_dir(root, path)
+            except NotADirectoryError:
+                self.top = None
+            except FileNotFoundError:
+                raise Failure(f"save {shown(store.location(path))} does not exist") from None
+            except OSError as e:
+                if e.errno != errno.ELOOP:
+                    raise FileError(shown(store.location(path)), e) from None
+            if self.top is None:
+                try:
+                    self.file = (
+                        _open_file_below(root, path) if not parent else self._file_in(root, parent, name)
+                    )
+                except _Missing as e:
+                    raise Failure(f"save {shown(store.location(path))}: {e.why}") from None
+                except OSError as e:
+                    raise FileError(shown(store.location(path)), e) from None
+        finally:
+            os.close(root)
+
+    def _file_in(self, root: int, parent: str, name: str) -> int:
+        try:
+            dir_fd = self.store._open_dir(root, parent)
+        except FileNotFoundError:
+            raise _Missing("missing") from None
+        try:
+            return _open_file_below(dir_fd, name)
+        finally:
+            os.close(dir_fd)
+
+    def close(self) -> None:
+        for fd in (self.top, self.file):
+            if fd is not None:
+                os.close(fd)
+        self.top = self.file = None
+
+    def where(self, rel: str) -> str:
+        return self.store.location(f"{self.path}/{rel}" if rel else self.path)
+
+    def listing(self) -> list[str]:
+        """Every regular file below the save's folder, relative to it; links and other kinds left out."""
+        if self.top is None:
+            return [""]
+        found: list[str] = []
+        pending = [""]
+        while pending:
+            below = pending.pop()
+            try:
+                fd = _open_dir_below(self.top, below)
+            except FileNotFoundError:
+                continue  # gone while it was looked at: not part of the save
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    continue  # swapped for a link or a file: never followed
+                raise FileError(shown(self.where(below)), e) from None
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        name = f"{below}/{entry.name}" if below else entry.name
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(name)
+                        elif entry.is_file(follow_symlinks=False):
+                            found.append(name)
+                            if len(found) > FILES_LIMIT:
+                                raise Failure(
+                                    f"save {shown(self.where(''))} holds more than {FILES_LIMIT} files, "
+                                    "more than a manifest may list"
+                                )
+            except OSError as e:
+                raise FileError(shown(self.where(below)), e) from None
+            finally:
+                os.close(fd)
+        return found
+
+    def open(self, rel: str) -> int:
+        """The regular file ``rel`` of the save (``""``: the save that is one file); _Missing says why not."""
+        if self.top is None:
+            assert self.file is not None
+            if rel:
+                raise _Missing("missing (the save is one file)")
+            return os.dup(self.file)
+        if not rel:
+            raise _Missing("the save is a folder, not one file")
+        return _open_file_below(self.top, rel)
+
+
+def save_rows(store: PosixRoot, dl: Deadline, path: str, digests: bool = True) -> list[Row]:
+    """Every regular file of the save at ``path`` with its size and (``digests``) SHA-256."""
+    save = SaveFiles(store, path)
+    try:
+        names = save.listing()
+        rows: dict[str, Row] = {}
+        buffers: dict[int, bytearray] = {}
+
+        def one(rel: str) -> None:
+            import _thread
+
+            where = save.where(rel)
+            try:
+                fd = save.open(rel)
+            except _Missing:
+                return  # gone, or swapped for a link, since the listing: not a file of it
+            except OSError as e:
+                raise FileError(shown(where), e) from None
+            try:
+                if digests:
+                    buf = buffers.setdefault(_thread.get_ident(), bytearray(CHUNK))
+                    size, digest = hash_fd(fd, dl, where, buf)
+                    rows[rel] = (rel, size, digest)
+                else:
+                    rows[rel] = (rel, os.fstat(fd).st_size, None)
+            except OSError as e:
+                raise FileError(shown(where), e) from None
+            finally:
+                os.close(fd)
+
+        parallel(one, names, THREADS if digests else 1)
+        return sorted(rows.values())
+    finally:
+        save.close()
+
+
+def check_rows(
+    store: PosixRoot, dl: Deadline, path: str, rows: Sequence[Row], deep: bool
+) -> tuple[str, str] | None:
+    """The first of ``rows`` (in their order) that the save at ``path`` does not match, as (its location,
+    why), or None when every one matches: the file is there, regular, of that size, and (``deep``) of
+    that SHA-256 when the row has one.  Sizes are checked first, then the digests (several at once)."""
+    try:
+        save = SaveFiles(store, path)
+    except Failure as e:
+        return store.location(path), str(e)
+    try:
+        bad: dict[int, str] = {}
+        for i, (rel, size, _) in enumerate(rows):
+            try:
+                fd = save.open(rel)
+            except _Missing as e:
+                bad[i] = e.why
+                break
+            except OSError as e:
+                bad[i] = f"could not open it: {e.strerror or e}"
+                break
+            try:
+                got = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+            if got != size:
+                bad[i] = f"size {got}, manifest says {size}"
+                break
+            left = dl.left()
+            if left is not None and left <= 0:
+                raise timed_out(dl, store.location(path), "checking its files")
+        first = min(bad) if bad else len(rows)
+        todo = [i for i in range(first) if deep and rows[i][2] is not None]
+        buffers: dict[int, bytearray] = {}
+
+        def one(i: int) -> None:
+            import _thread
+
+            if bad and i > min(bad):
+                return  # a file before it is bad already: that one is reported
+            rel, size, digest = rows[i]
+            buf = buffers.setdefault(_thread.get_ident(), bytearray(CHUNK))
+            try:
+                fd = save.open(rel)
+            except _Missing as e:
+                bad[i] = e.why
+                return
+            except OSError as e:
+                bad[i] = f"could not open it: {e.strerror or e}"
+                return
+            try:
+                got_size, got = hash_fd(fd, dl, save.where(rel), buf)
+            except OSError as e:
+                bad[i] = f"could not read it: {e.strerror or e}"
+                return
+            finally:
+                os.close(fd)
+            if got_size != size:
+                bad[i] = f"size {got_size} when read, manifest says {size}"
+            elif got != digest:
+                bad[i] = f"sha256 {got}, manifest says {digest}"
+
+        parallel(one, todo)
+        if not bad:
+            return None
+        i = min(bad)
+        return save.where(rows[i][0]), bad[i]
+    finally:
+        save.close()
