@@ -170,7 +170,7 @@ def test_the_mirror_entry_is_created_after_every_object(weed: Any, tmp_path: Pat
     create = mirror.create_entry
 
     def watched(dl: Deadline, entry: str) -> bool:
-        seen.append(t.mirror.keys(path + "/"))
+        seen.append(t.mirror.keys(path + "/") + t.mirror.keys("man/"))
         return create(dl, entry)
 
     monkeypatch.setattr(mirror, "create_entry", watched)
@@ -178,8 +178,13 @@ def test_the_mirror_entry_is_created_after_every_object(weed: Any, tmp_path: Pat
     pair = Pair(PosixStore(str(t.fast)), mirror, Say(out.append, out.append), 30.0)
     assert pair.sync() == 1
     files = sorted(f"{path}/{f.name}" for f in folder.iterdir())
-    assert seen == [files]
+    assert seen == [[*files, f"man/{name}"]]
     assert t.mirror.entries() == [name]
+    from publish import manifest
+
+    got = t.mirror.s3.get_object(Bucket=t.mirror.bucket, Key=f"{t.mirror.prefix}/man/{name}")["Body"].read()
+    rows = manifest.decode(name, got)
+    assert [(r[0], r[1]) for r in rows] == sorted((f.name, f.stat().st_size) for f in folder.iterdir())
 
 
 def test_a_failed_upload_leaves_no_mirror_entry_and_the_fast_prune_keeps_it(
@@ -219,6 +224,22 @@ def test_a_failed_upload_leaves_no_mirror_entry_and_the_fast_prune_keeps_it(
     assert all(t.whole_on_mirror(e) for e in t.mirror.entries())
     assert len(t.fast_entries()) == 1
     assert not (t.saves / "checkpoint-1").exists()
+
+
+def test_a_save_changed_since_its_publication_is_not_mirrored(s3_server: Any, tmp_path: Path) -> None:
+    """The root's manifest is the upload's expectation: a byte flipped after publication stops the upload,
+    names the file, and leaves no mirror entry; the watch exits 1."""
+    t = Tiers(s3_server, tmp_path)
+    folder = t.save(1, files=2, size=5000)
+    r = run_cli("publish", "-checkpoint", str(t.fast), "-epoch", "0", str(folder), "1")  # as watch would
+    assert r.code == 0, r.err
+    data = bytearray((folder / "shard-1.bin").read_bytes())
+    data[100] ^= 1
+    (folder / "shard-1.bin").write_bytes(bytes(data))
+    code, err, _ = t.watch_once()
+    assert code == 1
+    assert "shard-1.bin" in err and "not mirrored" in err, err
+    assert t.mirror.entries() == []
 
 
 def test_without_mirror_the_same_prune_removes_them(weed: Any, tmp_path: Path) -> None:
@@ -278,6 +299,26 @@ def test_resolve_mirror(s3_server: Any, tmp_path: Path) -> None:
     # without -mirror the same resolve fails
     r = run_cli("resolve", "-checkpoint", str(t.fast))
     assert r.code == 1
+
+
+def test_resolve_mirror_verify_passes_over_a_flipped_byte_on_the_mirror(weed: Any, tmp_path: Path) -> None:
+    t = Tiers(weed, tmp_path)
+    t.save(1)
+    t.save(2, files=1, size=3000)
+    assert t.watch_once()[0] == 0
+    shutil.rmtree(t.saves / "checkpoint-2")  # the newest is on the mirror only
+    key = "exec/a/checkpoint-2/shard-0.bin"
+    body = bytearray(
+        t.mirror.s3.get_object(Bucket=t.mirror.bucket, Key=f"{t.mirror.prefix}/{key}")["Body"].read()
+    )
+    body[7] ^= 0x20
+    t.mirror.put(key, bytes(body))
+    r = run_cli("resolve", *t.flags())
+    assert r.code == 0 and r.out == f"{t.mirror.url}/exec/a/checkpoint-2\n", r.err
+    r = run_cli("resolve", *t.flags("-verify=deep"))
+    assert r.code == 0, r.err
+    assert r.out == f"{t.saves}/checkpoint-1\n"
+    assert "shard-0.bin" in r.err and "answered from the mirror" not in r.err
 
 
 def test_resolve_mirror_prefers_the_fast_root_at_the_same_step(weed: Any, tmp_path: Path) -> None:
