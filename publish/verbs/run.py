@@ -273,6 +273,8 @@ def run(
         fault = fault or uploader.fault
         if isinstance(keep, Policy):
             keep.protect = tiers.protected
+        if last is not None:
+            last = Deadline(timeout)  # the prune's own -timeout, after the uploads' (each step in turn)
     if budget is not None:
         budget.dl = last
     return _finish(
