@@ -472,3 +472,39 @@ def test_run_finishes_the_uploads_before_it_exits(weed: Any, tmp_path: Path) -> 
     )  # fmt: skip
     assert r.code == 0, r.err
     assert len(t.mirror.entries()) == 2 and all(t.whole_on_mirror(e) for e in t.mirror.entries())
+
+
+def test_a_stalled_upload_never_holds_up_a_publication_or_a_stop(weed: Any, tmp_path: Path) -> None:
+    """The mirror's PUTs hang (a proxy holds them): watch still publishes each new save on the root at once,
+    and SIGTERM ends it within -timeout of its last scan, saying what is left; the next watch mirrors it."""
+    from tests.fault_proxy import FaultProxy, Stall
+
+    proxy = FaultProxy(weed.endpoint)
+    try:
+        t = Tiers(weed, tmp_path, endpoint=proxy.endpoint)
+        t.save(1)
+        stall = proxy.add(Stall(120), method="PUT", path="shard")
+        w = Watch(*t.flags("-framework", "hf", "-interval", "100ms", "-timeout", "6s", "-attempt", "a"))
+        assert w.next_line().startswith("published ")
+        deadline = time.monotonic() + 5
+        while stall.used == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stall.used, "no upload reached the store"
+        t.save(2)
+        started = time.monotonic()
+        line = w.next_line(timeout=10)
+        assert line.startswith("published ") and "checkpoint-2" in line and str(t.fast) in line, line
+        assert time.monotonic() - started < 3  # an upload in the scan loop would hold it 6 s
+        started = time.monotonic()
+        code, err = w.stop(timeout=30)
+        assert time.monotonic() - started < 20
+        assert code == 1, err
+        assert "not mirrored" in err or "did not finish within -timeout" in err, err
+        assert t.mirror.entries() == []
+        proxy.reset()
+        code, err, _ = t.watch_once()
+        assert code == 0, err
+        assert sorted(t.mirror.entries()) == t.fast_entries()
+        _check_mirror(t)
+    finally:
+        proxy.stop()
