@@ -26,11 +26,12 @@ pytestmark = pytest.mark.s3
 
 
 class Tiers:
-    """A POSIX root with its saves under exec/a/, and an S3 mirror."""
+    """A POSIX root with its saves under exec/<attempt>/, and an S3 mirror."""
 
-    def __init__(self, server: Any, tmp: Path, endpoint: str | None = None) -> None:
+    def __init__(self, server: Any, tmp: Path, endpoint: str | None = None, attempt: str = "a") -> None:
         self.fast = tmp / "fast"
-        self.saves = self.fast / "exec" / "a"
+        self.attempt = attempt
+        self.saves = self.fast / "exec" / attempt
         self.saves.mkdir(parents=True)
         self.mirror = Root(server, tmp, endpoint=endpoint, init=False)
 
@@ -145,6 +146,22 @@ def test_watch_mirrors_each_save_entry_last(s3_server: Any, tmp_path: Path) -> N
     # the next watch finds nothing pending and uploads nothing
     code, err, out = t.watch_once()
     assert code == 0 and not [line for line in out if t.mirror.url in line], out
+
+
+@pytest.mark.parametrize("attempt", ["pub", "man", "a +%\r~b"])
+def test_hostile_names_are_mirrored_as_they_are(s3_server: Any, tmp_path: Path, attempt: str) -> None:
+    """An attempt named like the root's own folders, or holding + % \\r and a space: the same keys."""
+    t = Tiers(s3_server, tmp_path, attempt=attempt)
+    t.save(3)
+    w = Watch(*t.flags("-framework", "hf", "-interval", "100ms", "-attempt", attempt))
+    time.sleep(0.3)
+    code, err = w.stop(timeout=60)
+    assert code == 0, err
+    entries = t.fast_entries()
+    assert len(entries) == 1 and t.mirror.entries() == entries
+    assert t.whole_on_mirror(entries[0])
+    r = run_cli("resolve", *t.flags())
+    assert r.code == 0, r.err
 
 
 def test_the_mirror_entry_is_created_after_every_object(weed: Any, tmp_path: Path, monkeypatch: Any) -> None:

@@ -222,7 +222,8 @@ class Uploader:
                 self.tiers.failed = True
                 text = describe(e)
                 if text != last:
-                    self.tiers.say.warn(f"mirror: {text} (tried again every -interval)")
+                    again = "the next run or watch tries again" if final else "tried again every -interval"
+                    self.tiers.say.warn(f"mirror: {text} ({again})")
                 last = text
             if final:
                 return
