@@ -525,3 +525,32 @@ def test_a_stalled_upload_never_holds_up_a_publication_or_a_stop(weed: Any, tmp_
         _check_mirror(t)
     finally:
         proxy.stop()
+
+
+def test_the_save_being_uploaded_is_protected_even_once_mirrored(weed: Any, tmp_path: Path) -> None:
+    """Tiers.protected, which the root's prune keeps: the pending entries, and the one being uploaded."""
+    from publish.deadline import Deadline
+    from publish.roots import S3Root
+    from publish.stores import open as open_store
+    from publish.stores.posix import PosixStore
+    from publish.verbs import Say
+    from publish.verbs.mirror import Tiers as Pair
+
+    t = Tiers(weed, tmp_path)
+    names = [layout.name(1, s, f"exec/a/checkpoint-{s}") for s in (1, 2, 3)]
+    entries = [layout.parse(n) for n in names]
+    t.mirror.put(f"pub/{names[0]}")
+    t.mirror.put(f"pub/{names[1]}")
+    mirror = open_store(
+        S3Root(t.mirror.bucket, t.mirror.prefix), env={}, deadline=time.monotonic() + 30, creds=t.mirror.creds
+    ).store
+    pair = Pair(PosixStore(str(t.fast)), mirror, Say(print, print), 30.0)
+    dl = Deadline(30)
+    assert pair.protected(dl, entries) == {names[2]}
+    pair.busy.add(names[0])
+    assert pair.protected(dl, entries) == {names[0], names[2]}
+    # -mirror-keep 1: an entry older than the mirror's newest kept one is not worth uploading
+    pair.keep = 1
+    pair.busy.clear()
+    assert pair.protected(dl, entries) == {names[2]}
+    assert pair.protected(dl, entries[:1]) == set()
