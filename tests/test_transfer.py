@@ -217,6 +217,43 @@ def test_a_file_that_grows_during_the_upload_fails(
     assert objects(weed, dst) == {}
 
 
+def test_a_file_touched_during_the_upload_fails(
+    weed: Weed, weed_bucket: str, src: tuple[Path, PosixStore], fault_proxy: FaultProxy
+) -> None:
+    """Same size, same bytes, a new mtime: a writer was there, and what was read may mix two versions."""
+    root, posix = src
+    path = root / "s" / "touched.distcp"
+    write(root, "s/touched.distcp", blob(PART * 3, 9))
+    write(root, "s/other", b"o")
+    fault_proxy.add(Hook(lambda req: os.utime(path, (1, 1))), method="PUT", query="partNumber", times=1)
+    dst = dst_store(weed, weed_bucket, fault_proxy.endpoint)
+    with pytest.raises(UploadError, match=r"/s/touched\.distcp: changed while it was being uploaded"):
+        upload_save(Deadline(60), posix, "s", dst, jobs=1, part_size=PART)
+    assert open_uploads(weed, dst) == []
+
+
+def test_bytes_altered_on_the_way_are_refused_by_the_store(
+    weed: Weed, weed_bucket: str, src: tuple[Path, PosixStore], fault_proxy: FaultProxy
+) -> None:
+    """The CRC32 sent with a part is checked by SeaweedFS: a part whose bytes change on the way (one bit)
+    is refused (BadDigest, not sent again), and the upload fails naming the file."""
+    root, posix = src
+    write(root, "s/big.distcp", blob(PART * 2 + 3, 5))
+
+    class Flip(Action):
+        def handle(self, proxy: FaultProxy, h: ProxyHandler, req: Seen) -> None:
+            body = bytearray(req.body)
+            body[len(body) // 2] ^= 1
+            proxy.forward(h, Seen(req.method, req.target, req.headers, bytes(body)))
+
+    fault_proxy.add(Flip(), method="PUT", match=lambda r: "partNumber=2" in r.target, times=1)
+    dst = dst_store(weed, weed_bucket, fault_proxy.endpoint)
+    with pytest.raises(UploadError, match=r"upload of .*/s/big\.distcp: store: upload-part s3://.*BadDigest"):
+        upload_save(Deadline(60), posix, "s", dst, jobs=2, part_size=PART)
+    assert open_uploads(weed, dst) == []
+    assert objects(weed, dst) == {}
+
+
 def test_a_file_truncated_during_the_upload_fails(
     weed: Weed, weed_bucket: str, src: tuple[Path, PosixStore], fault_proxy: FaultProxy
 ) -> None:
@@ -365,3 +402,40 @@ def test_the_deadline_bounds_the_upload(
     with pytest.raises(UploadError, match=r"/s/big\.distcp: .*timed out"):
         upload_save(Deadline(2), posix, "s", dst, jobs=2, part_size=PART)
     assert time.monotonic() - t0 < 15
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_an_exception_from_a_signal_handler_stops_the_threads_and_aborts(
+    weed: Weed, weed_bucket: str, src: tuple[Path, PosixStore], fault_proxy: FaultProxy
+) -> None:
+    """What run's SIGTERM handler raises in the main thread ends the upload at once: no thread takes another
+    part, the multipart uploads are aborted, and the handler's exception is what the caller gets."""
+    import signal
+    import time
+
+    root, posix = src
+    for i in range(2):
+        write(root, f"s/big-{i}.distcp", blob(PART * 4, i))
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        fault_proxy.add(
+            Hook(lambda req: os.kill(os.getpid(), signal.SIGUSR1)), method="PUT", query="partNumber", times=1
+        )
+        dst = dst_store(weed, weed_bucket, fault_proxy.endpoint)
+        t0 = time.monotonic()
+        with pytest.raises(Interrupted):
+            upload_save(Deadline(60), posix, "s", dst, jobs=2, part_size=PART)
+        assert time.monotonic() - t0 < 20
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    parts = [r for r in fault_proxy.seen if "partNumber" in r.query]
+    assert len(parts) <= 4  # the first, and at most one more per thread, of 8
+    assert open_uploads(weed, dst) == []
+    assert threading.active_count() < 10

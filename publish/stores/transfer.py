@@ -50,6 +50,7 @@ BUDGET = 64 * MIB
 #: How long the aborts of a failed upload may take, past the deadline when it has passed (best effort).
 ABORT_TIME = 10.0
 _READ_STEP = 4 * MIB
+_PREADV = hasattr(os, "preadv")  # Linux, the BSDs; macOS from Python 3.10 on macOS 11
 
 
 def default_part(jobs: int) -> int:
@@ -265,7 +266,13 @@ def _read(run: _Run, f: _File, fd: int, buf: memoryview, offset: int) -> None:
     got = 0
     try:
         while got < len(buf):
-            n = os.preadv(fd, [buf[got : got + _READ_STEP]], offset + got)
+            piece = buf[got : got + _READ_STEP]
+            if _PREADV:  # straight into the buffer
+                n = os.preadv(fd, [piece], offset + got)
+            else:
+                data = os.pread(fd, len(piece), offset + got)
+                n = len(data)
+                piece[:n] = data
             if not n:
                 break
             got += n
@@ -455,9 +462,13 @@ def upload_save(
             t.start()
             threads.append(t)
         for t in threads:
-            t.join()
+            while t.is_alive():  # a join with a timeout: a signal's handler runs within 0.2 s
+                t.join(0.2)
         if run.failure is None:
             _verify(run)
+    except BaseException:  # a signal's exception in this thread: the threads take no more parts, then end
+        run.fail(UploadError(shown(src.location(save)), "interrupted"))
+        raise
     finally:
         for t in threads:
             t.join()
