@@ -237,8 +237,8 @@ def test_prune_deletes_with_one_request_per_thousand_keys(
     fault_proxy.reset()
     r = root.run("prune", "-keep", "1")
     assert r.lines == [f"removed {root.url}/exec/A/checkpoint-1"]
-    # One DeleteObjects for the entry, then ceil(m/1000) for the folder's objects.
-    assert fault_proxy.count("DELETE_OBJECTS") == 1 + math.ceil(m / 1000)
+    # One DeleteObjects for the entry, one for its manifest, then ceil(m/1000) for the folder's objects.
+    assert fault_proxy.count("DELETE_OBJECTS") == 2 + math.ceil(m / 1000)
     assert root.keys("exec/") == ["exec/A/checkpoint-2/w"]
 
 

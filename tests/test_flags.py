@@ -301,6 +301,55 @@ def test_boolean_flag_invalid_messages(arg: str, message: str) -> None:
     assert usage_error([arg]) == message
 
 
+# --- A flag parsed as a boolean is, with a value of its own (resolve's -verify) ------------------------
+
+
+def verify_set() -> FlagSet:
+    from publish.verbs.resolve import verify_value
+
+    fs = FlagSet("resolve")
+    fs.boolean_like("verify", "", "check", verify_value)
+    fs.integer("keep", 3, "")
+    return fs
+
+
+@pytest.mark.parametrize(
+    ("args", "value", "rest"),
+    [
+        (["-verify"], "sizes", []),
+        (["--verify", "x"], "sizes", ["x"]),
+        (["-verify", "deep"], "sizes", ["deep"]),  # never the next argument, as a boolean
+        (["-verify", "false"], "sizes", ["false"]),
+        (["-verify=deep"], "deep", []),
+        (["--verify=deep", "-keep", "2"], "deep", []),
+        (["-verify=false"], "", []),
+        (["-verify=deep", "-verify=0"], "", []),
+        (["-verify=deep", "-verify"], "sizes", []),
+        *[([f"-verify={t}"], "sizes", []) for t in TRUE_TEXTS],
+        *[([f"-verify={t}"], "", []) for t in FALSE_TEXTS],
+    ],
+)
+def test_boolean_like_flag(args: list[str], value: str, rest: list[str]) -> None:
+    fs = verify_set()
+    assert fs.parse(args) == rest
+    assert fs.value("verify") == value and fs.is_set("verify")
+
+
+@pytest.mark.parametrize("text", ["", "Deep", "DEEP", "sizes", "yes", "deep "])
+def test_boolean_like_flag_refuses_other_values_as_go_does(text: str) -> None:
+    with pytest.raises(FlagError) as e:
+        verify_set().parse([f"-verify={text}"])
+    assert str(e.value) == f"invalid boolean value {go_quote(text)} for -verify: must be true, false or deep"
+
+
+def test_boolean_like_flag_shows_no_value_in_the_usage_and_completes_none() -> None:
+    from publish.completion import _valued
+
+    fs = verify_set()
+    assert "  -verify\n    \tcheck\n" in fs.usage()
+    assert not _valued(fs.defined()[1])
+
+
 # --- Integers --------------------------------------------------------------------------------------
 
 

@@ -282,7 +282,9 @@ def test_prune_deletes_no_object_of_a_folder_whose_listing_holds_a_key_outside_i
         f"{PREFIX}/exec/A/checkpoint-2/w, outside the prefix\n"
     )
     deletes = [req.body.decode() for req in srv.seen if req.kind == "DELETE_OBJECTS"]
-    assert len(deletes) == 1 and f"<Key>{PREFIX}/pub/{entry(1)}</Key>" in deletes[0]  # the entry only
+    # The entry, then its manifest; no object of a folder.
+    assert len(deletes) == 2 and f"<Key>{PREFIX}/pub/{entry(1)}</Key>" in deletes[0], deletes
+    assert f"<Key>{PREFIX}/man/{entry(1)}</Key>" in deletes[1] and "/exec/" not in "".join(deletes), deletes
 
 
 def test_publish_refuses_a_save_that_only_a_key_outside_the_prefix_seems_to_hold(

@@ -442,6 +442,34 @@ def test_a_watch_scan_writes_the_manifest_before_the_entry(
     assert manifest.decode(entry, (posix.path / "man" / entry).read_bytes()) == rows_of(files, digests=True)
 
 
+def test_a_watch_scan_on_s3_writes_the_manifest_before_the_entry(
+    weed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PUBLISH_BIN", raising=False)
+    from publish.deadline import Deadline
+    from publish.frameworks import FRAMEWORKS
+    from publish.stores.s3 import S3Store
+    from publish.verbs import Say
+    from publish.verbs.watch import Watcher
+
+    tier = S3(Root(weed, tmp_path))
+    local = hf_save(tmp_path / "local", 7)
+    files = {p.name: p.read_bytes() for p in local.iterdir()}
+    for name, data in files.items():
+        tier.put(f"exec/A/checkpoint-7/{name}", data)
+    store = S3Store(tier.root.bucket, tier.root.prefix, weed.credentials(), proxy=None, env={})
+    order: list[str] = []
+    real_manifest, real_entry = S3Store.write_manifest, S3Store.create_entry
+    monkeypatch.setattr(
+        S3Store, "write_manifest", lambda s, *a: (order.append("manifest"), real_manifest(s, *a))[1]
+    )
+    monkeypatch.setattr(S3Store, "create_entry", lambda s, *a: (order.append("entry"), real_entry(s, *a))[1])
+    Watcher(store, Say(lambda s: None, lambda s: None), FRAMEWORKS["hf"], "exec/A", 0).scan(Deadline(30))
+    assert order == ["manifest", "entry"]
+    entry = layout.name(0, 7, "exec/A/checkpoint-7")
+    assert manifest.decode(entry, tier.get(f"man/{entry}")) == rows_of(files, digests=False)
+
+
 def test_prune_removes_the_manifests_of_the_entries_it_removes_and_dry_run_none(tier: Any) -> None:
     entries = [save(tier, s) for s in (1, 2, 3)]
     r = tier.run("prune", "-keep", "1", "-dry-run")
@@ -463,3 +491,49 @@ def test_prune_removes_a_manifest_whose_entry_and_save_are_gone(tier: Any) -> No
     assert r.code == 0, r
     assert tier.get(f"man/{gone}") is None
     assert tier.get(f"man/{young}") is not None and tier.get(f"man/{kept}") is not None
+
+
+# -- S3: a deep check reads in bounded ranged GETs, retried as every GET is ----------------------------------
+
+
+def test_s3_deep_check_reads_each_object_in_ranged_gets_of_8_mib(weed: Any, tmp_path: Path) -> None:
+    from tests.fault_proxy import FaultProxy, Respond
+
+    proxy = FaultProxy(weed.endpoint)
+    try:
+        tier = S3(Root(weed, tmp_path, endpoint=proxy.endpoint))
+        big = os.urandom(20 << 20)
+        files = {"__0_0.distcp": big, ".metadata": b"m"}
+        save(tier, 1, files)
+        newest = save(tier, 2, files)
+        with_digests(tier, newest, files)
+        proxy.reset()
+        proxy.add(Respond(503, "SlowDown"), kind="GET", times=1)  # the manifest's GET, sent again
+        r = resolve(tier, "-verify=deep")
+        assert (r.code, r.out, r.err) == (0, tier.where("exec/A/step-2") + "\n", ""), r
+        ranges = sorted(
+            s.headers.get("range", "") for s in proxy.seen if s.kind == "GET" and "range" in s.headers
+        )
+        assert ranges == sorted(
+            ["bytes=0-0", "bytes=0-8388607", "bytes=8388608-16777215", "bytes=16777216-20971519"]
+        ), ranges
+        flipped = bytearray(big)
+        flipped[-1] ^= 0x80
+        tier.put("exec/A/step-2/__0_0.distcp", bytes(flipped))
+        r = resolve(tier, "-verify=deep")
+        assert (r.code, r.out) == (0, tier.where("exec/A/step-1") + "\n"), r
+        assert r.err.startswith(passing_over(tier, newest, "exec/A/step-2/__0_0.distcp", "sha256 ")[:-1]), r
+    finally:
+        proxy.stop()
+
+
+def test_a_save_that_is_a_link_to_one_file_is_read_through_it_as_the_frameworks_do(posix: Posix) -> None:
+    posix.put("exec/A/real/epoch=0-step=5.ckpt", b"weights")
+    (posix.path / "exec/A/last.ckpt").symlink_to("real/epoch=0-step=5.ckpt")
+    r = posix.run("publish", posix.where("exec/A/last.ckpt"), "5")
+    assert r.code == 0, r
+    entry = layout.name(0, 5, "exec/A/last.ckpt")
+    rows = [("", 7, hashlib.sha256(b"weights").hexdigest())]
+    assert manifest.decode(entry, (posix.path / "man" / entry).read_bytes()) == rows
+    r = resolve(posix, "-verify=deep")
+    assert (r.code, r.out, r.err) == (0, posix.where("exec/A/last.ckpt") + "\n", ""), r

@@ -1,6 +1,7 @@
 """What a manifest records of a save on a POSIX root, and the check of a save against it.
 
-The save itself is found as the frameworks find it (a link to it is followed, as they follow it); below it,
+The save itself is found as the frameworks find it (a link to it, folder or one file, is followed, as they
+follow it); below it,
 every directory and file is opened relative to its parent's descriptor with ``O_NOFOLLOW``, so a file
 swapped for a link is seen, never followed.  A link, a FIFO, a socket or a device inside a save is not a
 file of it: never read, never listed in a manifest.  Files are read in large chunks into one buffer per
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     T = TypeVar("T")
     Row = tuple[str, int, "str | None"]
 
+#: A save that is one file is opened as the frameworks open it (a link followed), never waiting on a FIFO.
+_FILE_FLAGS = os.O_RDONLY | fsops.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
 #: The bytes one read takes (one buffer per hashing thread).
 CHUNK = 8 * 1024 * 1024
 #: How many files are hashed at once.
@@ -168,9 +171,7 @@ class SaveFiles:
                     raise FileError(shown(store.location(path)), e) from None
             if self.top is None:
                 try:
-                    self.file = (
-                        _open_file_below(root, path) if not parent else self._file_in(root, parent, name)
-                    )
+                    self.file = self._file_in(root, parent, name)
                 except _Missing as e:
                     raise Failure(f"save {shown(store.location(path))}: {e.why}") from None
                 except OSError as e:
@@ -179,14 +180,23 @@ class SaveFiles:
             os.close(root)
 
     def _file_in(self, root: int, parent: str, name: str) -> int:
+        """The save that is one file, found as the frameworks find it (a link to it followed, as a link to
+        a save's folder is); it must be a regular file, never a FIFO waited on."""
         try:
-            dir_fd = self.store._open_dir(root, parent)
+            dir_fd = self.store._open_dir(root, parent) if parent else os.dup(root)
         except FileNotFoundError:
             raise _Missing("missing") from None
         try:
-            return _open_file_below(dir_fd, name)
+            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            raise _Missing("missing") from None
         finally:
             os.close(dir_fd)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise _Missing(f"{kind(st.st_mode)}, not a regular file")
+        return fd
 
     def close(self) -> None:
         for fd in (self.top, self.file):

@@ -108,10 +108,22 @@ class Schedule:
     the ``orphans`` -orphans found); with -orphans also the multipart ``uploads`` it aborts (first) and the
     candidates it leaves in place with why (``left``)."""
 
-    __slots__ = ("gone", "kept", "folders", "recorded", "stale", "resumed", "orphans", "uploads", "left")
+    __slots__ = (
+        "gone",
+        "kept",
+        "staying",
+        "folders",
+        "recorded",
+        "stale",
+        "resumed",
+        "orphans",
+        "uploads",
+        "left",
+    )
 
     def __init__(self, entries: list[layout.Entry], tombs: list[str], keep: int | Policy) -> None:
         self.gone, kept_entries = split(entries, keep)
+        self.staying = {e.name for e in kept_entries}  # the names of the entries that stay
         self.kept = kept = layout.Nest([k.path for k in kept_entries])
         self.folders = unrelated(self.gone, kept)
         self.orphans: list[str] = []
@@ -212,7 +224,7 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
         # prune, which finds the folder gone and drops it.
         if finished:
             store.remove_tombs(dl, finished)
-    unbound_manifests(dl, store, say)
+    unbound_manifests(dl, store, say, sched.staying)
     return count
 
 
@@ -221,17 +233,17 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
 UNBOUND_AGE = 3600.0
 
 
-def unbound_manifests(dl: Deadline, store: Store, say: Say) -> None:
-    """Remove the manifests in man/ whose entry is gone (a prune cut between the two, an entry removed by
-    hand): at once when their save is gone too, else once written UNBOUND_AGE ago.  A name that is no
-    entry name is left, said on stderr."""
+def unbound_manifests(dl: Deadline, store: Store, say: Say, entries: set[str]) -> None:
+    """Remove the manifests in man/ whose entry is not among ``entries`` (those pub/ held and the prune
+    kept): at once when their save is gone too, else once written UNBOUND_AGE ago.  So one whose entry a
+    prune cut before it, or a hand, removed goes; one of an entry published since the prune read pub/ has a
+    save that is there and is young, and stays.  A name that is no entry name is left, said on stderr."""
     import time
 
     times = store.manifest_times(dl)
     if not times:
         store.remove_manifests(dl, [])  # POSIX: the temporary files of writes cut off long ago
         return
-    entries = set(store.list_entries(dl))
     now = time.time()
     gone = []
     for name in sorted(set(times) - entries):
