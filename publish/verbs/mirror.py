@@ -244,12 +244,9 @@ class Uploader:
                 "mirror: the uploads did not finish within -timeout: the next run or watch finishes them"
             )
             return False
-        if self.left:
-            self.tiers.say.warn(
-                f"mirror: {self.left if self.left > 0 else 'some'} saves not mirrored: the next run or watch uploads them"
-            )
-            return False
-        return True
+        if self.left > 0:
+            self.tiers.say.warn(f"mirror: {self.left} saves not mirrored: the next run or watch uploads them")
+        return self.left == 0  # -1: the last pass failed, as said
 
 
 def open_tiers(
