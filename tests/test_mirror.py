@@ -561,3 +561,26 @@ def test_the_save_being_uploaded_is_protected_even_once_mirrored(weed: Any, tmp_
     pair.busy.clear()
     assert pair.protected(dl, entries) == {names[2]}
     assert pair.protected(dl, entries[:1]) == set()
+
+
+def test_run_on_a_node_without_the_root_resumes_from_the_mirror(s3_server: Any, tmp_path: Path) -> None:
+    """Node-local storage lost (the root's directory gone): run -mirror resumes from the mirror's save, says
+    so, and the saves of this dispatch are published on a new root and mirrored."""
+    t = Tiers(s3_server, tmp_path)
+    t.save(5)
+    assert t.watch_once()[0] == 0
+    shutil.rmtree(t.fast)
+    make = (
+        f"import os, sys; sys.path.insert(0, {str(REPO)!r}); from pathlib import Path; "
+        "from tests.trainer_saves import hf_save; print('RESUME', os.environ.get('PUBLISH_RESUME')); "
+        "hf_save(Path(os.environ['PUBLISH_SAVES']), 6)"
+    )
+    r = run_cli(
+        "run", *t.flags("-framework", "hf", "-interval", "1h", "-attempt", "b"), "--", sys.executable, "-c", make,
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    assert "answering from the mirror" in r.err and "answered from the mirror" in r.err
+    assert f"run: resuming from {t.mirror.url}/exec/a/checkpoint-5" in r.err
+    assert f"run: created {t.fast}" in r.err
+    assert [layout.parse(e).step for e in t.fast_entries()] == [6]
+    assert sorted(layout.parse(e).step for e in t.mirror.entries()) == [5, 6]

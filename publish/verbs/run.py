@@ -195,6 +195,8 @@ def run(
     else:
         answer = resolve_tiers(dl, store, tiers.mirror, Say(found.append, say.warn))
         resumed = answer[1] if answer else None
+        if store.create_root(dl):  # node-local storage lost, or a new node: the mirror has the saves
+            say.warn(f"run: created {shown(store.root)}")
     resume = found[0] if found else ""
     budget = Budget(store, max_idle_requeues, resumed) if requeue else None
     say.warn(f"run: resuming from {resume}" if resume else "run: no save to resume from")
