@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from publish import layout
+from tests.binaries import catches_sigterm
 from tests.conftest import REPO, Lines, Watch, run_cli
 from tests.s3roots import Root
 from tests.trainer_saves import hf_save
@@ -47,7 +48,8 @@ class Tiers:
     def watch_once(self, *more: str, timeout: float = 60) -> tuple[int, str, list[str]]:
         """A watch stopped at once: its last scan publishes what is whole, then the uploads finish."""
         w = Watch(*self.flags("-framework", "hf", "-interval", "100ms", "-attempt", "a", *more))
-        time.sleep(0.3)
+        _started(w)
+        time.sleep(0.2)  # its first scan
         code, err = w.stop(timeout=timeout)
         return code, err, list(w.seen) + _drain(w)
 
@@ -68,6 +70,16 @@ class Tiers:
                 if body["Body"].read() != f.read_bytes():
                     return False
         return True
+
+
+def _started(w: Watch) -> None:
+    """Wait until the process catches SIGTERM (a signal before that would end it unhandled)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and w.proc.poll() is None:
+        if catches_sigterm(w.proc.pid):
+            return
+        time.sleep(0.02)
+    raise AssertionError("the watch never came to catch SIGTERM")
 
 
 def _drain(w: Watch) -> list[str]:
@@ -154,7 +166,8 @@ def test_hostile_names_are_mirrored_as_they_are(s3_server: Any, tmp_path: Path, 
     t = Tiers(s3_server, tmp_path, attempt=attempt)
     t.save(3)
     w = Watch(*t.flags("-framework", "hf", "-interval", "100ms", "-attempt", attempt))
-    time.sleep(0.3)
+    _started(w)
+    time.sleep(0.2)
     code, err = w.stop(timeout=60)
     assert code == 0, err
     entries = t.fast_entries()
