@@ -439,3 +439,27 @@ def test_an_exception_from_a_signal_handler_stops_the_threads_and_aborts(
     assert len(parts) <= 4  # the first, and at most one more per thread, of 8
     assert open_uploads(weed, dst) == []
     assert threading.active_count() < 10
+
+
+def test_a_file_swapped_for_a_link_after_the_walk_is_not_followed(
+    weed: Weed, weed_bucket: str, src: tuple[Path, PosixStore], fault_proxy: FaultProxy, tmp_path: Path
+) -> None:
+    """The walk saw a regular file; by the time it is opened it is a link to a file outside the save: the
+    open (O_NOFOLLOW) refuses it, and the outside file's bytes never leave."""
+    root, posix = src
+    outside = tmp_path / "secret"
+    outside.write_bytes(b"outside the save")
+    write(root, "s/a", b"aaa")
+    write(root, "s/b", b"bbb")
+    target = root / "s" / "b"
+
+    def swap(req: Seen) -> None:
+        target.unlink()
+        target.symlink_to(outside)
+
+    fault_proxy.add(Hook(swap), method="PUT", path="/s/a", times=1)
+    dst = dst_store(weed, weed_bucket, fault_proxy.endpoint)
+    with pytest.raises(UploadError, match=r"upload of .*/s/b: replaced by a symbolic link while it was read"):
+        upload_save(Deadline(30), posix, "s", dst, jobs=1)
+    assert all(b"outside the save" not in r.body for r in fault_proxy.seen)
+    assert "s/b" not in objects(weed, dst)
