@@ -68,6 +68,11 @@ def good_digest(digest: object) -> bool:
     )
 
 
+def _short(path: str) -> str:
+    """A path for a message: quoted, and cut after 300 characters (a hostile one may be 64 MiB long)."""
+    return quoted(path) if len(path) <= 300 else quoted(path[:300]) + "..."
+
+
 def _check_rows(rows: list[Any], where: str, made: bool = False) -> list[Row]:
     """The rows, each checked; ManifestError naming the first bad one."""
 
@@ -88,14 +93,14 @@ def _check_rows(rows: list[Any], where: str, made: bool = False) -> list[Row]:
             if len(rows) != 1:
                 raise refuse('the path "" (a save that is one file) beside other files')
         elif not good_path(path):
-            raise refuse(f"file {i}: the path {quoted(path)} is not a clean relative path")
+            raise refuse(f"file {i}: the path {_short(path)} is not a clean relative path")
         if path in seen:
-            raise refuse(f"the path {quoted(path)} is listed twice")
+            raise refuse(f"the path {_short(path)} is listed twice")
         seen.add(path)
         if type(size) is not int or not 0 <= size < SIZE_LIMIT:  # noqa: E721  (bool is an int: refused)
-            raise refuse(f"{quoted(path)}: its size is not a whole number of bytes")
+            raise refuse(f"{_short(path)}: its size is not a whole number of bytes")
         if not good_digest(digest):
-            raise refuse(f"{quoted(path)}: its sha256 is not 64 lower-case hex digits or null")
+            raise refuse(f"{_short(path)}: its sha256 is not 64 lower-case hex digits or null")
         out.append((path, size, digest))
     return out
 

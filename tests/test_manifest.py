@@ -173,3 +173,10 @@ def test_encode_refuses_what_decode_would() -> None:
         encode(ENTRY, [("a", 1, "x")])
     with pytest.raises(ManifestError, match="listed twice"):
         encode(ENTRY, [("a", 1, None), ("a", 2, None)])
+
+
+def test_a_huge_bad_path_is_cut_short_in_the_message() -> None:
+    path = "../" + "x" * 10_000
+    with pytest.raises(ManifestError) as e:
+        decode(ENTRY, doc([[path, 1, None]]), WHERE)
+    assert len(str(e.value)) < 500 and str(e.value).endswith("... is not a clean relative path")

@@ -537,3 +537,69 @@ def test_a_save_that_is_a_link_to_one_file_is_read_through_it_as_the_frameworks_
     assert manifest.decode(entry, (posix.path / "man" / entry).read_bytes()) == rows
     r = resolve(posix, "-verify=deep")
     assert (r.code, r.out, r.err) == (0, posix.where("exec/A/last.ckpt") + "\n", ""), r
+
+
+def test_prune_removes_the_manifest_of_an_entry_it_removes_whose_folder_stays(tier: Any) -> None:
+    tier.put("exec/A/step-1/inner/w", b"w")
+    tier.put("exec/A/step-1/v", b"v")
+    r = tier.run("publish", tier.where("exec/A/step-1/inner"), "1")
+    assert r.code == 0, r
+    r = tier.run("publish", tier.where("exec/A/step-1"), "2")
+    assert r.code == 0, r
+    inner, outer = layout.name(0, 1, "exec/A/step-1/inner"), layout.name(0, 2, "exec/A/step-1")
+    r = tier.run("prune", "-keep", "1")
+    assert (r.code, r.out) == (0, ""), r  # the folder stays: the kept entry holds it
+    assert tier.get("exec/A/step-1/inner/w") == b"w"
+    assert tier.get(f"man/{inner}") is None and tier.get(f"man/{outer}") is not None
+
+
+def test_prune_removes_a_manifest_without_an_entry_once_an_hour_old_though_its_save_is_there(
+    posix: Posix, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PUBLISH_BIN", raising=False)
+    import time
+
+    from publish.deadline import UNBOUNDED
+    from publish.stores.posix import PosixStore
+    from publish.verbs import Say
+    from publish.verbs.prune import UNBOUND_AGE, prune
+
+    kept = save(posix, 2)
+    left = layout.name(0, 1, "exec/A/step-1")
+    posix.put("exec/A/step-1/w", b"w")
+    posix.put(f"man/{left}", manifest.encode(left, []))  # its entry removed by hand
+    quiet = Say(lambda s: None, lambda s: None)
+    prune(UNBOUNDED, PosixStore(posix.url), quiet, 1)
+    assert posix.get(f"man/{left}") is not None  # young, and its save is there: it may be being published
+    later = time.time() + UNBOUND_AGE + 60
+    monkeypatch.setattr(time, "time", lambda: later)
+    prune(UNBOUNDED, PosixStore(posix.url), quiet, 1)
+    assert posix.get(f"man/{left}") is None and posix.get(f"man/{kept}") is not None
+
+
+def test_hashing_a_save_is_bounded_by_the_timeout(posix: Posix) -> None:
+    posix.put("exec/A/step-1/big", b"\0" * (64 << 20))
+    r = posix.run("publish", "-timeout", "1ms", posix.where("exec/A/step-1"), "1")
+    assert r.code == 1, r
+    assert (
+        r.err == f"publish: {posix.where('exec/A/step-1/big')}: reading it did not finish within -timeout\n"
+    ), r
+    assert not (posix.path / "pub").exists() or os.listdir(posix.path / "pub") == []
+    assert not (posix.path / "man").exists() or os.listdir(posix.path / "man") == []
+    r = posix.run("publish", posix.where("exec/A/step-1"), "1")
+    assert r.code == 0, r
+    r = resolve(posix, "-verify=deep", "-timeout", "1ms")
+    assert (r.code, r.out) == (1, ""), r  # a check cut short says nothing of the save: no other is chosen
+    assert r.err.startswith(f"publish: {posix.where('exec/A/step-1')}"), r  # its sizes, or reading big
+    assert r.err.endswith(" did not finish within -timeout\n") and r.err.count("\n") == 1, r
+
+
+def test_prune_leaves_a_name_in_man_that_is_no_entry_name_and_says_so(posix: Posix) -> None:
+    save(posix, 1)
+    posix.put("man/not-a-manifest", b"x")
+    r = posix.run("prune", "-keep", "1")
+    assert r.code == 0, r
+    assert r.err.startswith(
+        f"publish: prune: left {posix.where('man/not-a-manifest')} in place: not a manifest"
+    ), r
+    assert posix.get("man/not-a-manifest") == b"x"
