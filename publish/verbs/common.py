@@ -10,7 +10,7 @@ import time
 
 from publish import layout, redact, roots, stores
 from publish.deadline import Deadline
-from publish.errors import UsageError
+from publish.errors import Failure, UsageError
 from publish.flags import FlagSet
 from publish.redact import quoted, shown
 
@@ -63,6 +63,7 @@ class Command:
     synopsis = ""
     summary = ""
     traps = False  #: runs until SIGTERM or SIGINT: the cli traps them with ``trap()``
+    mirror: Flag[str] | None = None  #: -mirror, for the verbs that take it (publish.verbs.mirror)
 
     def __init__(self) -> None:
         fs = self.fs = FlagSet(self.name)
@@ -100,7 +101,10 @@ class Command:
         if not text:
             raise UsageError("-checkpoint is required (or set CHECKPOINT)")
         root = roots.parse_root(text, call.cwd)
-        if not isinstance(root, roots.S3Root):
+        mirror = self.mirror_root(call, root)
+        if mirror is not None:
+            root = mirror  # -creds and -proxy are the mirror's: checked as an S3 root's
+        elif not isinstance(root, roots.S3Root):
             for flag in (self.creds, self.proxy):
                 if flag.is_set:
                     raise UsageError(
@@ -108,7 +112,8 @@ class Command:
                     )
             return root
         if not self.creds.is_set:
-            raise UsageError(f"-creds is required for the s3:// root {shown(root.text)}")
+            what = "mirror" if mirror is not None else "root"
+            raise UsageError(f"-creds is required for the s3:// {what} {shown(root.text)}")
         if self.proxy.is_set:
             from publish.gocompat import go_quote
             from publish.urls import parse_proxy
@@ -120,7 +125,17 @@ class Command:
                 raise UsageError(
                     f"invalid value {go_quote(redact.echo(value))} for flag -proxy: {e}"
                 ) from None
-        return root
+        return roots.parse_root(text, call.cwd) if mirror is not None else root
+
+    def mirror_root(self, call: Call, root: roots.Root) -> roots.S3Root | None:
+        """The S3 root -mirror names (None: not given), checked against ``root``."""
+        if self.mirror is None:
+            return None
+        return parse_mirror(self.mirror, root, call.cwd)
+
+    def open_mirror(self, call: Call, mirror: roots.S3Root, *, renew: bool = False) -> stores.Opened:
+        """The mirror's store: -creds and -proxy are its own."""
+        return self.open(call, mirror, renew=renew)
 
     def open(self, call: Call, root: roots.Root, *, renew: bool = False) -> stores.Opened:
         """The store for ``root``, its credentials resolved within -timeout of the start."""
@@ -140,6 +155,68 @@ class Command:
         timeout's message names -timeout as given."""
         timeout = self.timeout.value
         return Deadline.until(max(call.started + timeout, time.monotonic() + 0.001), timeout)
+
+
+def mirror_flag(fs: FlagSet) -> Flag[str]:
+    """-mirror, for run, watch, resolve and status."""
+    return fs.string(
+        "mirror",
+        "",
+        "the mirror `URL`, s3://BUCKET[/PREFIX]: a second root for the saves of the (POSIX) root; "
+        "-creds and -proxy are then the mirror's",
+    )
+
+
+def keep_flag(fs: FlagSet) -> Flag[int | None]:
+    """-mirror-keep, for run and watch."""
+    from publish.gocompat import parse_decimal
+
+    return fs.custom(
+        "mirror-keep",
+        None,
+        "with -mirror: after saves are mirrored, prune the mirror to the latest `M` (default: no prune)",
+        lambda t: parse_decimal(t, minimum=1),
+        "M",
+    )
+
+
+def parse_mirror(flag: Flag[str], root: roots.Root, cwd: str) -> roots.S3Root | None:
+    """The mirror -mirror names, or None when it is not given; a usage error naming -mirror for an empty
+    value, a POSIX path (inside the root or not), the root itself or a prefix inside it, and an S3 root."""
+    if not flag.is_set:
+        return None
+    text = flag.value
+    if not text:
+        raise UsageError("-mirror is empty")
+    if not text.startswith("s3://"):
+        if roots.scheme(text) or "\0" in text:
+            raise UsageError(f"-mirror {shown(redact.url(text))}: a mirror is an s3:// URL")
+        path = roots.clean_posix(text, cwd)
+        if isinstance(root, roots.PosixRoot) and (path + "/").startswith(root.path.rstrip("/") + "/"):
+            raise UsageError(f"-mirror {shown(path)} is the root or lies inside it: a mirror is an s3:// URL")
+        raise UsageError(f"-mirror {shown(path)}: a mirror is an s3:// URL (a POSIX mirror is not supported)")
+    try:
+        mirror = roots.parse_s3(text, "-mirror")
+    except Failure as e:
+        raise UsageError(str(e)) from None
+    if isinstance(root, roots.S3Root):
+        if mirror.bucket == root.bucket and (
+            not root.prefix or (mirror.prefix + "/").startswith(root.prefix + "/")
+        ):
+            raise UsageError(f"-mirror {shown(mirror.text)} is the root or lies inside it")
+        raise UsageError(f"-mirror applies to a POSIX root; {shown(root.text)} is an s3:// root")
+    return mirror
+
+
+def describe(e: BaseException) -> str:
+    """An error as a line that a run or a watch says and goes on."""
+    from publish.errors import PublishError
+
+    if isinstance(e, PublishError):
+        return str(e)
+    if isinstance(e, OSError):
+        return f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}"
+    return f"internal error: {type(e).__name__}: {e}"
 
 
 def usage_error(e: FlagError) -> UsageError:
@@ -286,6 +363,8 @@ class SavesCommand(Command):
         )
         self.attempt = fs.string("attempt", "", self.attempt_usage)
         self.epoch = epoch_flag(fs, self.epoch_default)
+        self.mirror = mirror_flag(fs)
+        self.mirror_keep = keep_flag(fs)
 
     def world_size_of(self, call: Call) -> int:
         """-world-size, else WORLD_SIZE (as torchrun sets it), else 0: not known."""

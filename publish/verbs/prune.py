@@ -22,6 +22,7 @@ from publish.verbs.orphans import AGE, Orphans
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Callable
 
     from publish.flags import Flag, FlagSet
     from publish.stores.base import Upload
@@ -36,7 +37,7 @@ class Policy:
     none), by ``times`` (entry name to seconds since the epoch, Store.entry_times).  ``orphans``: also remove
     the leftovers in exec/ that -orphans asks for (None: not asked)."""
 
-    __slots__ = ("keep", "every", "within", "times", "now", "orphans")
+    __slots__ = ("keep", "every", "within", "times", "now", "orphans", "protect", "held")
 
     def __init__(
         self,
@@ -52,8 +53,13 @@ class Policy:
         self.times = times or {}
         self.now = now
         self.orphans: Orphans | None = None
+        #: -mirror: given the entries read, the names that stay whatever the rest says (pending uploads)
+        self.protect: Callable[[Deadline, list[layout.Entry]], set[str]] | None = None
+        self.held: set[str] = set()
 
     def also_kept(self, entry: layout.Entry) -> bool:
+        if entry.name in self.held:
+            return True
         if self.every and entry.step % self.every == 0:
             return True
         if self.within is not None:
@@ -154,6 +160,8 @@ def read_schedule(dl: Deadline, store: Store, keep: int | Policy) -> Schedule:
     else:
         names = store.list_entries(dl)
     entries = layout.parse_all(names, store.location(PUB))
+    if isinstance(keep, Policy) and keep.protect is not None:
+        keep.held = keep.protect(dl, entries)  # after pub/ was read: what it names is all it may protect
     tombs = layout.parse_tombs(store.list_tombs(dl), store.location(TOMB))
     if not entries and not tombs:
         store.check_exists(dl)

@@ -130,9 +130,58 @@ def resolve(dl: Deadline, store: Store, say: Say, verify: str = "") -> layout.En
     return None
 
 
+def newest_whole(
+    dl: Deadline, store: Store, say: Say, verify: str = "", must_exist: bool = True
+) -> layout.Entry | None:
+    """resolve's answer on one root, printing nothing; ``must_exist``: a root that does not exist fails."""
+    store.check_root(dl)
+    entry = newest_save(dl, store, say, verify)
+    if entry is None and must_exist:
+        store.check_exists(dl)
+    return entry
+
+
+def resolve_tiers(
+    dl: Deadline, fast: Store, mirror: Store, say: Say, verify: str = ""
+) -> tuple[Store, layout.Entry] | None:
+    """Print the newest save that exists whole on either tier (the fast root's when both have that epoch
+    and step), and return it with its store; with ``verify``, each tier's answer is the newest of its
+    saves that matches its manifest there.  A tier that fails is said and the other answers; both
+    failing is the fast root's failure.  A mirror nothing was ever written to holds nothing (the first
+    upload makes it), unless the fast root failed."""
+    try:
+        first: layout.Entry | None = newest_whole(dl, fast, say, verify)
+    except Failure as e:
+        try:
+            entry = newest_whole(dl, mirror, say, verify)
+        except Failure:
+            raise e from None
+        say.warn(f"{e}: answering from the mirror")
+        return _answer(say, mirror, entry, mirror)
+    try:
+        other = newest_whole(dl, mirror, say, verify, must_exist=False)
+    except Failure as e:
+        say.warn(f"{e}: answering from the root")
+        return _answer(say, fast, first, mirror)
+    if other is not None and (first is None or (other.epoch, other.step) > (first.epoch, first.step)):
+        return _answer(say, mirror, other, mirror)
+    return _answer(say, fast, first, mirror)
+
+
+def _answer(
+    say: Say, store: Store, entry: layout.Entry | None, mirror: Store
+) -> tuple[Store, layout.Entry] | None:
+    if entry is None:
+        return None
+    say.out(shown(store.location(entry.path)))
+    if store is mirror:
+        say.warn(f"answered from the mirror: {shown(mirror.location(PUB + '/' + entry.name))}")
+    return store, entry
+
+
 class Resolve(common.Command):
     name = "resolve"
-    synopsis = f"publish resolve {common.ROOT_FLAGS} [-probe] [-verify[=deep]]"
+    synopsis = f"publish resolve {common.ROOT_FLAGS} [-probe] [-verify[=deep]] [-mirror URL]"
     summary = "print the latest publication's save location, or nothing"
 
     def __init__(self) -> None:
@@ -145,6 +194,7 @@ class Resolve(common.Command):
             "its SHA-256); a save that fails is passed over, naming the first bad file",
             verify_value,
         )
+        self.mirror = common.mirror_flag(self.fs)
 
     def run(self, call: common.Call) -> int:
         common.expect_args(call, [])
@@ -154,6 +204,10 @@ class Resolve(common.Command):
             raise UsageError(f"-probe applies only to s3:// roots; {shown(root.text)} is a POSIX root")
         opened = self.open(call, root)
         dl = self.deadline(call)
+        mirror = self.mirror_root(call, root)
+        if mirror is not None:
+            resolve_tiers(dl, opened.store, self.open_mirror(call, mirror).store, call.say, self.verify.value)
+            return 0
         if s3 and self.probe.value:
             from publish.verbs.probe import probe
 

@@ -18,9 +18,11 @@ from publish.redact import shown
 from publish.stores.base import Store
 from publish.threads import Flag, Worker
 from publish.verbs import Say, child, common
+from publish.verbs.common import describe
 from publish.verbs.idle import Budget
+from publish.verbs.mirror import open_tiers
 from publish.verbs.prune import Policy, orphan_flags, orphans_of, policy_flags, policy_of
-from publish.verbs.resolve import resolve
+from publish.verbs.resolve import resolve, resolve_tiers
 from publish.verbs.slurm import LIVE, Batch, signame
 from publish.verbs.watch import SignalStop, Watcher, _bounded
 
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     Launch = Callable[[list[str], dict[str, str]], Child]
 
     from publish.verbs.metrics import Metrics
+    from publish.verbs.mirror import Tiers
 
 
 class Signals(SignalStop):
@@ -152,14 +155,6 @@ class _Scanner:
             self.halt.wait(self.interval)
 
 
-def describe(e: BaseException) -> str:
-    if isinstance(e, PublishError):
-        return str(e)
-    if isinstance(e, OSError):
-        return f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}"
-    return f"internal error: {type(e).__name__}: {e}"
-
-
 def status_of(returncode: int) -> int:
     """A shell's status for ``Popen.returncode``: 128+N for a process killed by signal N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -187,6 +182,7 @@ def run(
     metrics: Metrics | None = None,
     world_size: int = 0,
     max_idle_requeues: int = 3,
+    tiers: Tiers | None = None,
 ) -> int:
     """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish, or
     after a requeue refused to an idle dispatch (publish.verbs.idle)."""
@@ -194,7 +190,13 @@ def run(
         raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
     saves = f"{EXEC}/{attempt}"
     found: list[str] = []
-    resumed = resolve(dl, store, Say(found.append, say.warn))
+    if tiers is None:
+        resumed = resolve(dl, store, Say(found.append, say.warn))
+    else:
+        answer = resolve_tiers(dl, store, tiers.mirror, Say(found.append, say.warn))
+        resumed = answer[1] if answer else None
+        if store.create_root(dl):  # node-local storage lost, or a new node: the mirror has the saves
+            say.warn(f"run: created {shown(store.root)}")
     resume = found[0] if found else ""
     budget = Budget(store, max_idle_requeues, resumed) if requeue else None
     say.warn(f"run: resuming from {resume}" if resume else "run: no save to resume from")
@@ -233,6 +235,11 @@ def run(
         waker.watch(proc.pid)
         scanner = _Scanner(watcher, say, interval, timeout)
         scans = scanner.start()
+        if tiers is not None:
+            from publish.verbs.mirror import Uploader
+
+            uploader = Uploader(tiers, interval)
+            watcher.on_publish = uploader.wake
         code = _wait(proc, signals, waker, batch, say, argv[0])
     finally:
         waker.close()
@@ -262,6 +269,14 @@ def run(
             say.warn(describe(e))
             fault = True
     fault = fault or scanner.fault or watcher.fault
+    if tiers is not None:
+        # The saves made before COMMAND exited, uploaded before the prune (which keeps those still pending).
+        uploader.finish(timeout)
+        fault = fault or uploader.fault
+        if isinstance(keep, Policy):
+            keep.protect = tiers.protected
+        if last is not None:
+            last = Deadline(timeout)  # the prune's own -timeout, after the uploads' (each step in turn)
     if budget is not None:
         budget.dl = last
     return _finish(
@@ -395,7 +410,7 @@ class Run(common.SavesCommand):
     name = "run"
     synopsis = (
         f"publish run {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
-        "[-keep N [-keep-every K] [-keep-within D] [-orphans [-orphans-age 1h]]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue [-max-idle-requeues K]] -- COMMAND [ARG...]"
+        "[-keep N [-keep-every K] [-keep-within D] [-orphans [-orphans-age 1h]]] [-mirror URL [-mirror-keep M]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue [-max-idle-requeues K]] -- COMMAND [ARG...]"
     )
     summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"
     attempt_usage = "the execution `A`: saves go to ROOT/exec/A (env DISPATCH_ATTEMPT; default: from Slurm's job, else unique)"
@@ -439,6 +454,10 @@ class Run(common.SavesCommand):
         metrics = self.metrics_for(call, root)
         world_size = self.world_size_of(call)
         store = self.open(call, root, renew=True).store
+        orphan_age = self.orphans_age.value if self.orphans.value else None
+        tiers = open_tiers(
+            self, call, root, store, orphan_age
+        )  # -mirror: its multipart uploads aborted as old
         dl = self.deadline(call)
         signals = call.stop if isinstance(call.stop, Signals) else Signals()
         resume_arg, requeue = self.resume_arg.value, self.requeue.value
@@ -456,7 +475,7 @@ class Run(common.SavesCommand):
             dl, store, call.say, framework, attempt, epoch, call.args, env=call.env, root=root.text,
             interval=self.interval.value, timeout=timeout, signals=signals, keep=keep, resume_arg=resume_arg,
             requeue=requeue, batch=batch, metrics=metrics, world_size=world_size,
-            max_idle_requeues=self.max_idle.value,
+            max_idle_requeues=self.max_idle.value, tiers=tiers,
         )  # fmt: skip
 
 

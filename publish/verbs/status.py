@@ -168,6 +168,8 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | N
     if keep is not None:
         if isinstance(keep, Policy) and keep.within is not None:
             keep.times, keep.now = times, now
+        if isinstance(keep, Policy) and keep.protect is not None:
+            keep.held = keep.protect(dl, entries)
         sched = Schedule(entries, tombs, keep)
         policy = keep if isinstance(keep, Policy) else Policy(keep)
         orphans = None
@@ -201,9 +203,24 @@ def status(
     keep: int | Policy | None,
     as_json: bool = False,
     only: str | None = None,
+    mirror: Store | None = None,
+    mirror_keep: int | None = None,
 ) -> None:
-    """Print the status document, as one JSON line or as text for a person."""
+    """Print the status document, as one JSON line or as text for a person.  With ``mirror`` (-mirror),
+    the mirror's document too, under ``"mirror"``, and which publications it holds."""
+    pair = None
+    if mirror is not None:
+        from publish.verbs.mirror import Tiers
+
+        pair = Tiers(store, mirror, say, 0.0, mirror_keep)
+        if isinstance(keep, Policy):
+            keep.protect = pair.protected  # prune -keep N keeps what is pending
     doc = collect(dl, store, keep, only)
+    if pair is not None:
+        mirrored = collect(dl, pair.mirror, None, only)
+        fast = [layout.parse(p["entry"]) for p in doc["publications"]]
+        pending = pair.pending_of(fast, [p["entry"] for p in mirrored["publications"]])
+        tiers(doc, mirrored, [e.name for e in pending])
     if as_json:
         import json
 
@@ -211,6 +228,48 @@ def status(
         return
     for line in text(doc):
         say.out(line)
+
+
+def tiers(doc: dict[str, Any], mirrored: dict[str, Any], pending: list[str]) -> None:
+    """Add the mirror's document to the root's: each publication's ``"mirrored"``, the ``"pending"`` entry
+    names (newest first), and ``"tiers"``: each (epoch, step, entry) of either, newest first, with its
+    state on each (``exists``, ``missing``: published but the save is gone, ``none``; on the mirror also
+    ``pending``)."""
+    on_mirror = {p["entry"]: p for p in mirrored["publications"]}
+    on_fast = {p["entry"]: p for p in doc["publications"]}
+    for p in doc["publications"]:
+        p["mirrored"] = p["entry"] in on_mirror
+    doc["mirror"] = mirrored
+    doc["pending"] = pending
+    rows = []
+    for name in sorted(
+        set(on_mirror) | set(on_fast), key=lambda n: _order(on_fast, on_mirror, n), reverse=True
+    ):
+        p = on_fast.get(name) or on_mirror[name]
+        rows.append(
+            {
+                "entry": name,
+                "epoch_decimal": p["epoch_decimal"],
+                "step_decimal": p["step_decimal"],
+                "root": _state(on_fast.get(name)),
+                "mirror": _state(on_mirror.get(name))
+                if name in on_mirror
+                else ("pending" if name in pending else "none"),
+            }
+        )
+    doc["tiers"] = rows
+
+
+def _order(fast: dict[str, Any], mirror: dict[str, Any], name: str) -> tuple[int, int, str]:
+    p = fast.get(name) or mirror[name]
+    return (p["epoch"], p["step"], name)
+
+
+def _state(pub: dict[str, Any] | None) -> str:
+    """``exists``, ``missing`` (published, its save gone) or ``none`` (not published there)."""
+    if pub is None:
+        return "none"
+    return "exists" if pub["exists"] else "missing"
 
 
 def text(doc: dict[str, Any]) -> list[str]:
@@ -258,6 +317,14 @@ def text(doc: dict[str, Any]) -> list[str]:
         f"tombstones in {shown(doc['root'] + '/' + TOMB)} (an interrupted prune; the next prune finishes them):",
         [f"  {shown(t['location'])}" for t in doc["tombstones"]],
     )
+    if "mirror" in doc:
+        section(
+            f"both tiers, newest first (root {shown(doc['root'])}, mirror {shown(doc['mirror']['root'])}):",
+            [
+                f"  epoch {t['epoch_decimal']} step {t['step_decimal']}  root: {t['root']:<7} mirror: {t['mirror']}"
+                for t in doc["tiers"]
+            ],
+        )
     plan = doc["prune"]
     if plan is not None:
         policy = f"-keep {plan['keep']}"
@@ -278,6 +345,9 @@ def text(doc: dict[str, Any]) -> list[str]:
             f"prune {policy} would remove entries: {len(plan['entries'])}, and:",
             [f"  {line}" for line in plan["lines"]],
         )
+    if "mirror" in doc:
+        lines.append(f"the mirror {shown(doc['mirror']['root'])}:")
+        lines.extend("  " + line for line in text(doc["mirror"]))
     return lines
 
 
@@ -285,7 +355,7 @@ class Status(common.Command):
     name = "status"
     synopsis = (
         f"publish status {common.ROOT_FLAGS} [-framework F] "
-        "[-keep N [-keep-every K] [-keep-within D] [-orphans [-orphans-age 1h] [-attempt A]]] [-json]"
+        "[-keep N [-keep-every K] [-keep-within D] [-orphans [-orphans-age 1h] [-attempt A]]] [-mirror URL [-mirror-keep M]] [-json]"
     )
     summary = "show what a root holds: publications, unpublished saves, leftovers, pending prunes"
 
@@ -299,6 +369,8 @@ class Status(common.Command):
         self.framework = common.framework_flag(self.fs, f"only this framework's verdicts: {LISTED}")
         self.orphans, self.orphans_age = orphan_flags(self.fs)
         self.attempt = attempt_flag(self.fs)
+        self.mirror = common.mirror_flag(self.fs)
+        self.mirror_keep = common.keep_flag(self.fs)
 
     def run(self, call: common.Call) -> int:
         common.expect_args(call, [])
@@ -307,7 +379,12 @@ class Status(common.Command):
         if not self.keep.is_set and self.orphans.value:
             raise UsageError("-orphans applies to the prune -keep N shows: give -keep")
         orphans = given_orphans(self.orphans, self.orphans_age, self.attempt, call.env)
-        store = self.open(call, self.root(call)).store
+        root = self.root(call)
+        store = self.open(call, root).store
+        mirror_root = self.mirror_root(call, root)
+        mirror = self.open_mirror(call, mirror_root).store if mirror_root is not None else None
+        if mirror is None and self.mirror_keep.is_set:
+            raise UsageError("-mirror-keep applies to -mirror: give -mirror")
         policy = None
         if self.keep.is_set:
             policy = policy_of(self.keep.value, self.keep_every, self.keep_within)
@@ -319,6 +396,8 @@ class Status(common.Command):
             policy,
             as_json=self.json.value,
             only=self.framework.value,
+            mirror=mirror,
+            mirror_keep=self.mirror_keep.value,
         )
         return 0
 

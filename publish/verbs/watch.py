@@ -13,6 +13,7 @@ from publish.redact import shown
 from publish.stores.base import Store
 from publish.threads import Flag, Worker
 from publish.verbs import Say, common
+from publish.verbs.mirror import open_tiers
 from publish.verbs.publish import DOOMED, doomed_folders, publish_entry
 
 TYPE_CHECKING = False
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from typing import Callable, Protocol
 
     from publish.verbs.metrics import Metrics
+    from publish.verbs.mirror import Tiers
 
     class Stop(Protocol):
         """What ``watch`` waits on: a ``threading.Event`` (or publish.threads.Flag), or a :class:`SignalStop`."""
@@ -95,6 +97,7 @@ class Watcher:
         self.fault = False  # a faulty save was passed over (lenient only)
         self.done: set[str] = set()  # folders published, found published, or faulty; never looked at again
         self.noted: set[tuple[str, str]] = set()  # (folder, kind) of each hint said, so each is said once
+        self.on_publish: Callable[[], None] | None = None  # called after each entry this scan creates
 
     def scan(self, dl: Deadline) -> None:
         """One scan; its store calls share ``dl``.  With metrics, the file is written after it, a failed
@@ -161,8 +164,11 @@ class Watcher:
                     # and is not; the next prune finishes removing it.
                     self._once(folder, "doomed", f"{self._where(folder)}: {DOOMED}: not published")
                     continue
-                if publish_entry(dl, self.store, self.say, self.epoch, step, path) and self.metrics:
-                    self.metrics.published(step)
+                if publish_entry(dl, self.store, self.say, self.epoch, step, path):
+                    if self.metrics:
+                        self.metrics.published(step)
+                    if self.on_publish is not None:
+                        self.on_publish()
                 self.done.add(folder)
 
     def _where(self, name: str) -> str:
@@ -213,22 +219,39 @@ def watch(
     stop: Stop,
     metrics: Metrics | None = None,
     world_size: int = 0,
-) -> None:
+    tiers: Tiers | None = None,
+) -> bool:
     """Scan every ``interval`` seconds until ``stop`` is set, then scan once more; each scan's store calls
-    get a deadline of ``timeout`` seconds, and the last scan is given up after it."""
+    get a deadline of ``timeout`` seconds, and the last scan is given up after it.  With ``tiers``
+    (-mirror), the uploads run beside the scans, and after the last scan they are given ``timeout`` seconds
+    to finish; False when some did not (or a pass failed)."""
     store.check_root(UNBOUNDED)  # S3 sends nothing for it
     watcher = Watcher(store, say, framework, saves, epoch, metrics=metrics, world_size=world_size)
-    while not stop.is_set():
-        watcher.scan(Deadline(timeout))
-        stop.wait(interval)
-    _bounded(watcher, Deadline(timeout))
+    uploader = None
+    if tiers is not None:
+        from publish.verbs.mirror import Uploader
+
+        uploader = Uploader(tiers, interval)
+        watcher.on_publish = uploader.wake
+    try:
+        while not stop.is_set():
+            watcher.scan(Deadline(timeout))
+            stop.wait(interval)
+        _bounded(watcher, Deadline(timeout))
+    except BaseException:
+        if uploader is not None:
+            uploader.halt.set()  # no more passes: watch fails now
+        raise
+    if uploader is None:
+        return True
+    return uploader.finish(timeout) and not uploader.fault
 
 
 class Watch(common.SavesCommand):
     name = "watch"
     synopsis = (
         f"publish watch {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
-        "[-epoch N] [-attempt A] [SAVES]"
+        "[-mirror URL [-mirror-keep M]] [-epoch N] [-attempt A] [SAVES]"
     )
     summary = "publish each save once it is complete, until SIGTERM or SIGINT"
     attempt_usage = "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)"
@@ -258,12 +281,13 @@ class Watch(common.SavesCommand):
         metrics = self.metrics_for(call, root)
         world_size = self.world_size_of(call)
         store = self.open(call, root, renew=True).store
+        tiers = open_tiers(self, call, root, store)
         stop = call.stop or Flag()
-        watch(
+        whole = watch(
             store, call.say, framework, saves, epoch, self.interval.value, self.timeout.value, stop, metrics,
-            world_size,
+            world_size, tiers,
         )  # fmt: skip
-        return 0
+        return 0 if whole else 1
 
 
 COMMAND = Watch

@@ -1,0 +1,265 @@
+"""-mirror: a second tier.  Each save published on a POSIX root is copied to an S3 mirror, then published there.
+
+The order makes the promise hold on the mirror too: every file of the save is uploaded and checked
+(publish.stores.transfer.upload_save), then the mirror's manifest is written, and only then is the mirror's
+entry created, with the same name, by ``If-None-Match: *``.  A pass that is cut off (a timeout, a kill)
+leaves no entry; the next pass, of this process or of any ``run`` or ``watch`` given the same mirror,
+uploads the save again.
+
+A fast-root entry is *pending* while the mirror has no entry of that name, unless -mirror-keep M would
+prune it from the mirror at once (it is not among the newest M of both tiers' entries).  The fast root's
+prune keeps every pending save and the one being uploaded (:meth:`Tiers.protected`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from publish import layout, roots
+from publish.deadline import Deadline
+from publish.errors import PublishError, UsageError
+from publish.layout import EXEC, MAN, PUB
+from publish.redact import shown
+from publish.stores.base import Store
+from publish.threads import Flag, Worker
+from publish.verbs import Say, common
+from publish.verbs.orphans import AGE
+
+#: An upload is given -timeout, and a second more for each MiB of the save (a slower one is cut off and
+#: redone by the next pass).
+RATE_FLOOR = 1 << 20
+
+
+class Tiers:
+    """The fast root (POSIX) and its mirror (S3), and what moves saves from one to the other.
+
+    ``keep``: -mirror-keep (None: the mirror is never pruned); ``stale``: how old a multipart upload into
+    the mirror's exec/ must be before a pass aborts it."""
+
+    def __init__(
+        self,
+        fast: Store,
+        mirror: Store,
+        say: Say,
+        timeout: float,
+        keep: int | None = None,
+        stale: float = AGE,
+    ) -> None:
+        self.fast = fast
+        self.mirror = mirror
+        self.say = say
+        self.timeout = timeout
+        self.keep = keep
+        self.stale = stale
+        self.busy: set[str] = set()  # the entries being uploaded now
+        self.noted: set[str] = set()  # what was said once
+        self.aborted_stale = False  # the stale multipart uploads were looked for
+        self.failed = False  # an upload failed (said on stderr)
+
+    # -- what is pending
+
+    def pending_of(self, entries: list[layout.Entry], on_mirror: list[str]) -> list[layout.Entry]:
+        """The entries of ``entries`` (the fast root's) not in ``on_mirror`` (the mirror's entry names),
+        newest first; with -mirror-keep M only those among the newest M of both tiers."""
+        have = set(on_mirror)
+        todo = sorted((e for e in entries if e.name not in have), key=layout.Entry.key, reverse=True)
+        if self.keep is None or not todo:
+            return todo
+        mirrored = layout.parse_all(on_mirror, self.mirror.location(PUB))
+        keys = sorted({(e.epoch, e.step, e.name) for e in entries + mirrored}, reverse=True)
+        if len(keys) <= self.keep:
+            return todo
+        floor = keys[self.keep - 1]
+        return [e for e in todo if e.key() >= floor]
+
+    def pending(self, dl: Deadline) -> list[layout.Entry]:
+        """The pending entries, newest first: pub/ of the fast root, then of the mirror."""
+        entries = layout.parse_all(self.fast.list_entries(dl), self.fast.location(PUB))
+        return self.pending_of(entries, self.mirror.list_entries(dl))
+
+    def protected(self, dl: Deadline, entries: list[layout.Entry]) -> set[str]:
+        """The names of ``entries`` (the fast root's, as its prune read them) that its prune must keep: the
+        pending ones and those being uploaded.  The mirror's pub/ is read after the fast root's, so an entry
+        mirrored meanwhile is kept this once, never the other way round."""
+        busy = set(self.busy)
+        return {e.name for e in self.pending_of(entries, self.mirror.list_entries(dl))} | busy
+
+    # -- moving saves
+
+    def sync(self, halt: Flag | None = None, until: Deadline | None = None, last: bool = False) -> int:
+        """One pass: upload each pending save, newest first, and publish it on the mirror; then, when one
+        was published and -mirror-keep is given, prune the mirror.  Stops between saves once ``halt`` is
+        set; ``until`` bounds the whole pass (else each store call is given -timeout, each upload more by
+        its size).  A save that fails is said (once for each message) and the pass goes on.  Returns how
+        many saves it published on the mirror; raises when the tiers cannot be listed.  ``last``: the
+        mirror is pruned (-mirror-keep) even when nothing was published, finishing an interrupted prune."""
+        dl = until or Deadline(self.timeout)
+        if not self.aborted_stale:
+            self.mirror.create_root(dl)  # as publish init makes it, so resolve and status find it
+            self.abort_stale(dl)
+            self.aborted_stale = True
+        done = 0
+        for entry in self.pending(dl):
+            if halt is not None and halt.is_set():
+                break
+            try:
+                if self.upload(entry, until):
+                    done += 1
+            except PublishError as e:
+                self.failed = True
+                self._once(f"{e}: not mirrored (tried again on the next pass)")
+        if (done or last) and self.keep is not None:
+            from publish.verbs.prune import prune
+
+            prune(until or Deadline(self.timeout), self.mirror, self.say, self.keep)
+        return done
+
+    def upload(self, entry: layout.Entry, until: Deadline | None = None) -> bool:
+        """Upload the save of ``entry``, write its manifest on the mirror, then create its mirror entry.
+        True when this call created the entry."""
+        fast, mirror = self.fast, self.mirror
+        self.busy.add(entry.name)
+        try:
+            dl = until or Deadline(self.timeout)
+            if mirror.exists(dl, f"{PUB}/{entry.name}"):
+                return False  # mirrored meanwhile, by another node
+            if not fast.holds(dl, entry.path):
+                self._once(
+                    f"{shown(fast.location(PUB + '/' + entry.name))} names {shown(fast.location(entry.path))}, "
+                    "which does not exist: not mirrored"
+                )
+                return False
+            if until is None:
+                one = fast.size(dl, entry.path)
+                size = one if one is not None else sum(fast.sizes(dl, entry.path).values())
+                dl = Deadline(self.timeout + size / RATE_FLOOR)
+            from publish.stores.transfer import upload_save
+
+            expect = _manifest_rows(dl, fast, entry.name)
+            rows = upload_save(dl, fast, entry.path, mirror, expect=expect)  # type: ignore[arg-type]
+            from publish.verbs.publish import DOOMED, doomed_folders
+
+            if doomed_folders(dl, mirror).related(entry.path):
+                self._once(
+                    f"{shown(mirror.location(entry.path))}: {DOOMED} on the mirror: not published there"
+                )
+                return False
+            from publish import manifest
+
+            mirror.write_manifest(dl, entry.name, manifest.encode(entry.name, rows))
+            where = shown(mirror.location(entry.path))
+            if mirror.create_entry(dl, entry.name):
+                self.say.out(f"published {entry.name} (epoch {entry.epoch}, step {entry.step}, {where})")
+                return True
+            self.say.warn(f"{entry.name} already published (epoch {entry.epoch}, step {entry.step}, {where})")
+            return False
+        finally:
+            self.busy.discard(entry.name)
+
+    def abort_stale(self, dl: Deadline) -> None:
+        """Abort the multipart uploads into the mirror's exec/ unchanged for ``stale`` seconds (a killed
+        upload's), as prune -orphans does."""
+        from publish.verbs.prune import aborted
+
+        cutoff = time.time() - self.stale
+        for upload in self.mirror.uploads(dl, EXEC, cutoff):
+            if upload.at <= cutoff and self.mirror.abort_upload(dl, upload):
+                self.say.out(aborted(self.mirror, upload))
+
+    def _once(self, text: str) -> None:
+        if text not in self.noted:
+            self.noted.add(text)
+            self.say.warn(text)
+
+
+def _manifest_rows(dl: Deadline, store: Store, name: str) -> list[tuple[str, int, str | None]] | None:
+    """The rows of the fast root's manifest of the entry ``name``, or None when it has none (a save
+    published before manifests)."""
+    from publish import manifest
+
+    data = store.read_manifest(dl, name, manifest.MANIFEST_LIMIT)
+    if data is None:
+        return None
+    return manifest.decode(name, data, store.location(f"{MAN}/{name}"))
+
+
+class Uploader:
+    """The uploads of a watch or a run, in a thread of their own, so a slow store never delays a scan or a
+    signal: a pass every ``interval`` seconds, and at once when :meth:`wake` is called (a save was
+    published).  A failed pass is said (once for each message) and tried again."""
+
+    def __init__(self, tiers: Tiers, interval: float) -> None:
+        self.tiers = tiers
+        self.interval = interval
+        self.halt = Flag()
+        self._wake = Flag()
+        self.final: Deadline | None = None
+        self.left = -1  # pending saves after the last pass (-1: not known)
+        self.thread = Worker(self._loop)
+
+    @property
+    def fault(self) -> bool:
+        """An upload or a pass failed (each said on stderr): run and watch exit 1."""
+        return self.tiers.failed
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        last = ""
+        while True:
+            final = self.halt.is_set()
+            if final and self.final is None:
+                return  # abandoned: the watch failed
+            try:
+                self.tiers.sync(None if final else self.halt, self.final if final else None, last=final)
+                if final:
+                    self.left = len(self.tiers.pending(self.final or Deadline(self.tiers.timeout)))
+                last = ""
+            except Exception as e:
+                from publish.verbs.common import describe
+
+                self.tiers.failed = True
+                text = describe(e)
+                if text != last:
+                    again = "the next run or watch tries again" if final else "tried again every -interval"
+                    self.tiers.say.warn(f"mirror: {text} ({again})")
+                last = text
+            if final:
+                return
+            woken = self._wake
+            woken.wait(self.interval)
+            if woken.is_set():
+                self._wake = Flag()
+
+    def finish(self, timeout: float) -> bool:
+        """Stop after one more pass (within ``timeout`` seconds, which the current upload may overrun: then
+        the thread is left to its fate); True when every pending save was mirrored in time."""
+        self.final = Deadline(timeout)
+        self.halt.set()
+        self._wake.set()
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            self.tiers.say.warn(
+                "mirror: the uploads did not finish within -timeout: the next run or watch finishes them"
+            )
+            return False
+        if self.left > 0:
+            self.tiers.say.warn(f"mirror: {self.left} saves not mirrored: the next run or watch uploads them")
+        return self.left == 0  # -1: the last pass failed, as said
+
+
+def open_tiers(
+    cmd: common.SavesCommand, call: common.Call, root: roots.Root, fast: Store, stale: float | None = None
+) -> Tiers | None:
+    """The tiers -mirror asks for of a watch or a run (None: not given), the mirror's store opened with
+    -creds and -proxy; -mirror-keep alone is a usage error.  ``stale``: -orphans-age when given."""
+    mirror = cmd.mirror_root(call, root)
+    if mirror is None:
+        if cmd.mirror_keep.is_set:
+            raise UsageError("-mirror-keep applies to -mirror: give -mirror")
+        return None
+    store = cmd.open_mirror(call, mirror, renew=True).store
+    return Tiers(
+        fast, store, call.say, cmd.timeout.value, cmd.mirror_keep.value, AGE if stale is None else stale
+    )
