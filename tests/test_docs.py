@@ -153,6 +153,7 @@ def the_block(heading: str) -> Block:
 
 QUICK_START = "Quick start"
 S3_ROOT = "An S3 root"
+TWO_TIERS = "Two tiers: fast storage, mirrored to S3"
 
 
 def covering_test(block: Block) -> str | None:
@@ -169,7 +170,7 @@ def covering_test(block: Block) -> str | None:
 def test_every_publish_line_of_the_readme_is_run_by_a_test() -> None:
     unrun = []
     for block in readme_blocks():
-        if block.heading in (QUICK_START, S3_ROOT) or not publish_lines(block):
+        if block.heading in (QUICK_START, S3_ROOT, TWO_TIERS) or not publish_lines(block):
             continue
         if covering_test(block) is None:
             unrun += publish_lines(block)
@@ -271,3 +272,35 @@ def test_the_s3_root_runs(moto_s3: Moto, tmp_path: Path) -> None:  # noqa: F811
     assert ran[0].out == f"created {root.url}\n"
     assert ran[1].out == f"{root.url} ok, credentials from {root.creds}\n"
     assert "no save to resume from" in ran[2].err
+
+
+#: A trainer for the two-tier recipe: one DCP save (step 10) in $PUBLISH_SAVES, the marker last, no torch.
+DCP_TRAINER = (
+    "import os, pathlib; from tests.dcp_shapes import write_save; "
+    "write_save(pathlib.Path(os.environ['PUBLISH_SAVES']) / 'step-10')"
+)
+
+
+@pytest.mark.s3
+def test_the_two_tiers_run(moto_s3: Moto, tmp_path: Path) -> None:  # noqa: F811
+    """The README's two-tier lines, as a job runs them: the mirror made, the save published on the fast root,
+    uploaded, published on the mirror; then the mirror answers once the fast root is gone."""
+    block = the_block(TWO_TIERS)
+    mirror = Root(moto_s3, tmp_path, init=False)
+    fast = tmp_path / "nvme" / "run-7"
+    values = {"CHECKPOINT": str(fast), "MIRROR": mirror.url, "CREDS": mirror.creds}
+    ran = run_block(block, values, ["python3", "-c", DCP_TRAINER], REPO, SLURM_JOB_ID="7")
+    assert len(ran) == len(publish_lines(block)) == 2
+    assert ran[0].out == f"created {mirror.url}\n"
+    saves = published(ran[1].out)
+    assert len(saves) == 2, ran[1]
+    local, remote = saves if saves[0].startswith("/") else saves[::-1]
+    assert local.startswith(f"{fast}/exec/") and local.endswith("/step-10")
+    assert remote == mirror.url + local[len(str(fast)) :]
+    assert {k.rpartition("/")[2] for k in mirror.keys(local[len(str(fast)) + 1 :])} >= {".metadata"}
+    import shutil
+
+    shutil.rmtree(fast)
+    r = spawn("resolve", "-checkpoint", str(fast), "-mirror", mirror.url, "-creds", mirror.creds, "-verify")
+    out, err = r.communicate(timeout=WAIT)
+    assert (r.returncode, out) == (0, remote + "\n"), err
