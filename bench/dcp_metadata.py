@@ -29,9 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from publish import dcp_metadata  # noqa: E402
 from publish.deadline import Deadline  # noqa: E402
 from publish.errors import Failure  # noqa: E402
+from publish.frameworks.parse import dcp_metadata  # noqa: E402
 
 BEGIN, END = "<!-- bench/dcp_metadata.py: begin -->", "<!-- bench/dcp_metadata.py: end -->"
 TARGET = 1.1
@@ -73,7 +73,7 @@ def real_metadata(tensors: int, ranks: int) -> bytes:
 
 
 def colliding(keys: int) -> bytes:
-    from tests.dcp_shapes import colliding as make
+    from tests.support.dcp_shapes import colliding as make
 
     return make(keys)
 

@@ -38,7 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.servers import Weed  # noqa: E402
+from tests.support.servers import Weed  # noqa: E402
 
 BEGIN, END = "<!-- bench/mirror.py: begin -->", "<!-- bench/mirror.py: end -->"
 GIB = 1 << 30

@@ -3,7 +3,7 @@ leaves exactly the tree an uninterrupted prune leaves.
 
     python bench/prune_soak.py [--trials 2000] [--seed N] [--workers 2] [--dir /var/tmp]
 
-The trials are those of tests/test_prune_crash.py (a root of nested saves, a link, many entries; the kill at
+The trials are those of tests/verbs/test_prune_crash.py (a root of nested saves, a link, many entries; the kill at
 a random moment of the prune's own run; the whole tree compared, tomb/ included), in larger number.  Prints
 where the kills landed and exits 1 at the first trial whose tree differs (naming its seed and number).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.test_prune_crash import kill_trials  # noqa: E402
+from tests.verbs.test_prune_crash import kill_trials  # noqa: E402
 
 
 def main() -> int:

@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from publish import layout  # noqa: E402
-from tests.reference_plan import quadratic_plan  # noqa: E402
+from tests.support.reference_plan import quadratic_plan  # noqa: E402
 
 PY = sys.executable
 BEGIN, END = "<!-- bench/resolve.py: begin -->", "<!-- bench/resolve.py: end -->"

@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 from publish import layout  # noqa: E402
 from publish.deadline import Deadline  # noqa: E402
 from publish.stores.s3 import S3Store  # noqa: E402
-from tests.servers import Weed  # noqa: E402
+from tests.support.servers import Weed  # noqa: E402
 
 BEGIN, END = "<!-- bench/s3.py: begin -->", "<!-- bench/s3.py: end -->"
 

@@ -12,7 +12,7 @@ rounds and the range. Targets (issue 15): http:// at most 2x the POSIX resolve, 
 The https rows differ in the trust `SSL_CERT_FILE` names: the test CA alone, and the test CA appended to the
 system bundle (/etc/ssl/certs/ca-certificates.crt, about 140 certificates), which is what a node that trusts
 its store through the system pays. That bundle is read through its hashed copy in the cache
-(publish.trustcache); the last row removes the copy before each of its runs, so each of them makes it anew
+(publish.http.trustcache); the last row removes the copy before each of its runs, so each of them makes it anew
 (the first start after the bundle changed). `--importtime` also prints `-X importtime` of each command, run by
 the folder form's interpreter (the modules a frozen start imports, cumulative microseconds), largest first.
 Run ./build first for the one file and the folder.
@@ -33,8 +33,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from publish import layout  # noqa: E402
-from tests.netfixtures import TestCA, TLSFront  # noqa: E402
-from tests.servers import Weed  # noqa: E402
+from tests.support.netfixtures import TestCA, TLSFront  # noqa: E402
+from tests.support.servers import Weed  # noqa: E402
 
 SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 TARGETS = {"http": 2.0, "https": 3.0}

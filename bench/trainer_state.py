@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from publish import trainer_state  # noqa: E402
+from publish.frameworks.parse import trainer_state  # noqa: E402
 
 BEGIN, END = "<!-- bench/trainer_state.py: begin -->", "<!-- bench/trainer_state.py: end -->"
 TARGET = 2.0

@@ -7,7 +7,7 @@ import sys
 
 from publish import __version__
 from publish.errors import PublishError, UsageError
-from publish.flags import FlagError, HelpRequested
+from publish.go.flags import FlagError, HelpRequested
 from publish.redact import echo, quoted
 from publish.redact import line as one_line
 from publish.verbs import Say

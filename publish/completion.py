@@ -14,7 +14,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from publish.flags import Flag
+    from publish.go.flags import Flag
 
     Verb = tuple[str, str, list[Flag[Any]]]  # name, summary, flags ([] for the verbs main answers itself)
 

@@ -277,7 +277,9 @@ def shown(value: str) -> str:
     """``value`` as it is, or Go's ``%q`` of it when it holds a control character (so it stays one line)."""
     if not has_control(value):
         return value
-    from publish.gocompat import go_quote  # here: a line without a control character needs none of Go's rules
+    from publish.go.gocompat import (
+        go_quote,  # here: a line without a control character needs none of Go's rules
+    )
 
     return go_quote(value)
 
@@ -287,7 +289,7 @@ def quoted(value: str) -> str:
     character."""
     if not has_control(value):
         return repr(value)
-    from publish.gocompat import go_quote
+    from publish.go.gocompat import go_quote
 
     return go_quote(value)
 
@@ -297,7 +299,7 @@ def line(text: str) -> str:
     its values with ``shown`` holds none): that is escaped as ``%q`` escapes it (without the quotes), so the
     line stays one line.  Nothing else is changed: the answer is never altered."""
     if has_control(text):
-        from publish.gocompat import go_quote
+        from publish.go.gocompat import go_quote
 
         text = "".join(go_quote(c)[1:-1] if _is_control(c) else c for c in text)
     return text

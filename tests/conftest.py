@@ -20,17 +20,17 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from publish.cli import main
-from tests.secret_log import record_output
-from tests.secret_log import remember_secret as remember_secret  # tests import it from here
+from tests.support.secret_log import record_output
+from tests.support.secret_log import remember_secret as remember_secret  # tests import it from here
 
 # Session-scoped servers shared by every test module (started only when a test asks for them), and the
 # session-end check that no registered secret reached an output.
-pytest_plugins = ["tests.servers", "tests.vault_server", "tests.no_secrets"]
+pytest_plugins = ["tests.support.servers", "tests.support.vault_server", "tests.support.no_secrets"]
 
 REPO = Path(__file__).resolve().parent.parent
 CI = os.environ.get("CI") == "true"
 
-# The stateful model of tests/test_model.py: "model-ci" bounds its run in the suite (both stores together
+# The stateful model of tests/promise/test_model.py: "model-ci" bounds its run in the suite (both stores together
 # within a few minutes); `--hypothesis-profile=model-long` runs it longer.  Not named "ci": Hypothesis loads a
 # profile of that name by itself on CI, for every property test of the suite.
 _MODEL_HEALTH = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]

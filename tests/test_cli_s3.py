@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from publish import layout
-from tests import dcp_shapes
 from tests.conftest import Result, Watch, run_cli
-from tests.fault_proxy import FaultProxy, Respond
-from tests.netfixtures import Proxy, TestCA, TLSFront
-from tests.ports import dead_port
-from tests.s3roots import Root, creds_dir
-from tests.servers import S3Server, Weed
+from tests.support import dcp_shapes
+from tests.support.fault_proxy import FaultProxy, Respond
+from tests.support.netfixtures import Proxy, TestCA, TLSFront
+from tests.support.ports import dead_port
+from tests.support.s3roots import Root, creds_dir
+from tests.support.servers import S3Server, Weed
 
 pytestmark = pytest.mark.s3
 
@@ -251,7 +251,7 @@ def test_store_errors_name_operation_and_code(weed: Weed, tmp_path: Path, fault_
 
 
 def test_timeout_bounds_a_verb(weed: Weed, tmp_path: Path, fault_proxy: FaultProxy) -> None:
-    from tests.fault_proxy import Stall
+    from tests.support.fault_proxy import Stall
 
     root = proxied(weed, tmp_path, fault_proxy)
     fault_proxy.add(Stall(30), kind="LIST")
@@ -264,7 +264,7 @@ def test_timeout_bounds_a_verb(weed: Weed, tmp_path: Path, fault_proxy: FaultPro
 
 
 def hf_state(step: int) -> bytes:
-    from tests.trainer_saves import real_state
+    from tests.support.trainer_saves import real_state
 
     return real_state(step)
 

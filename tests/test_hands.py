@@ -17,8 +17,8 @@ import publish
 from publish import cli
 from publish.frameworks import FRAMEWORKS
 from tests.conftest import REPO, command, need, run_cli
-from tests.dcp_shapes import write_save
-from tests.trainer_saves import hf_save
+from tests.support.dcp_shapes import write_save
+from tests.support.trainer_saves import hf_save
 
 FRAMEWORK_NAMES = ["hf", "dcp", "snapshot", "lightning", "deepspeed"]
 ALL_VERBS = [*cli.VERBS, "version", "help", "completion"]
@@ -71,7 +71,7 @@ def test_dash_version_is_version(spelling: str) -> None:
 
 def test_version_names_the_build_python_and_freezer_from_the_source() -> None:
     r = run_cli("version")
-    if command() is not None:  # a frozen program: its build lines are checked in tests/test_binary.py
+    if command() is not None:  # a frozen program: its build lines are checked in tests/house/test_binary.py
         assert len(r.lines) == 4 and r.lines[3] in (
             "freezer: python",
             "freezer: pyinstaller",

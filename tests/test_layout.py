@@ -6,8 +6,8 @@ import pytest
 
 from publish import layout
 from publish.errors import Failure
-from tests.reference_plan import latest
-from tests.reference_plan import related as reference_related
+from tests.support.reference_plan import latest
+from tests.support.reference_plan import related as reference_related
 
 
 def test_name_is_padded_epoch_step_and_base32_path() -> None:

@@ -103,8 +103,8 @@ def test_a_tombstone_that_does_not_parse_is_quoted_like_an_entry(tmp_path: Path)
 
 
 def test_a_dcp_metadata_naming_a_foreign_class_quotes_its_name(tmp_path: Path) -> None:
-    from publish import dcp_metadata
     from publish.errors import Failure
+    from publish.frameworks.parse import dcp_metadata
 
     data = b"\x80\x02cos\x1b[2J\nsys\xe2\x80\xa8tem\n."  # GLOBAL 'os<ESC>[2J' 'sys<U+2028>tem'
     with pytest.raises(Failure) as e:

@@ -221,7 +221,7 @@ def test_a_name_is_not_scrubbed_where_a_message_names_it() -> None:
 
 
 def test_an_s3_error_is_scrubbed_where_it_comes_in_and_a_code_acted_on_is_kept() -> None:
-    from publish import s3xml
+    from publish.s3 import s3xml
 
     redact.register("AKIAECHOKEY0001", "NoSuchKey-and-more")
     body = b"<Error><Code>NoSuchKey</Code><Message>key akiaechokey0001 refused</Message></Error>"
@@ -334,8 +334,8 @@ def test_no_password_of_a_malformed_s3_root_is_shown(checkpoint: str) -> None:
 def test_a_proxys_reason_phrase_is_scrubbed_ignoring_case(tmp_path: Path) -> None:
     """The reason a proxy gives for refusing CONNECT is its own text: a credential echoed there, in any
     case, is scrubbed where it comes in."""
-    from publish import net
-    from tests.netfixtures import Proxy, Server, TestCA
+    from publish.http import net
+    from tests.support.netfixtures import Proxy, Server, TestCA
 
     ca = TestCA(tmp_path)
     with Server(tls=ca) as server, Proxy(refuse=407, reason=f"denied {SECRET.upper()}") as proxy:

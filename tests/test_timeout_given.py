@@ -9,7 +9,7 @@ from pathlib import Path
 
 from publish.deadline import Deadline
 from tests.conftest import remember_secret, run_cli
-from tests.netfixtures import Listening
+from tests.support.netfixtures import Listening
 
 
 class Silent(Listening):

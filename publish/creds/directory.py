@@ -15,7 +15,7 @@ import stat
 
 from publish.creds.fields import FIELDS, NotAnswering, credentials_from_fields
 from publish.errors import CredentialsError
-from publish.fileio import read_at_most
+from publish.files.fileio import read_at_most
 from publish.redact import shown
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it

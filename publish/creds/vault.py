@@ -22,10 +22,10 @@ from publish.creds.fields import FIELDS, NotAnswering, credentials_from_fields
 from publish.creds.location import Location, parse_location
 from publish.creds.vaultenv import check_vault_env
 from publish.errors import CredentialsError
-from publish.fileio import read_at_most
+from publish.files.fileio import read_at_most
 
 if TYPE_CHECKING:
-    from publish.net import Connector, Response
+    from publish.http.net import Connector, Response
 
 MAX_FILE = 64 * 1024  # a service-account token, role_id or secret_id is far smaller
 MAX_BODY = 1024 * 1024
@@ -79,7 +79,7 @@ class VaultSource:
                 raise self._refuse(f"ca={loc.ca}: not a regular file")
         body = self._login_body()
 
-        from publish import net
+        from publish.http import net
 
         def left() -> float:
             return max(0.0, deadline - time.monotonic())
@@ -172,7 +172,7 @@ class VaultSource:
         body: bytes,
         left: float | None,
     ) -> Response:
-        from publish import net
+        from publish.http import net
 
         try:
             return conn.request(method, target, headers, body, timeout=left, limit=MAX_BODY)
@@ -214,7 +214,7 @@ class VaultSource:
         return credentials_from_fields(self.text, fields)
 
     def _revoke(self, conn: Connector, headers: Mapping[str, str], left: float | None) -> None:
-        from publish import net
+        from publish.http import net
 
         timeout = REVOKE_TIMEOUT if left is None else min(REVOKE_TIMEOUT, max(left, 0.5))
         # Best effort: the token expires on its own, and the credentials are already read.

@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from publish.gocompat import parse_duration_ns, parse_go_bool
+from publish.go.gocompat import parse_duration_ns, parse_go_bool
 
 # strconv.ParseInt and ParseFloat accept a sign, which gocompat.parse_decimal (flag values) refuses.
 _GO_INT = re.compile(r"[+-]?[0-9]+\Z")

@@ -39,7 +39,7 @@ def _rank_metadata(name: str) -> bool:
 
 
 def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
-    from publish import dcp_metadata
+    from publish.frameworks.parse import dcp_metadata
 
     sizes = store.sizes(dl, path)
     if METADATA not in sizes:

@@ -10,7 +10,7 @@ writes ``zero_pp_rank_<dp>_mp_rank_<mp:02d>_model_states.pt`` instead of ``mp_ra
 the other ranks before ``latest`` is written: a slow rank may still be writing its shard, and an uploader
 copying the folder to S3 in parallel lands the files in any order.  So ``latest`` only says the save was
 begun and rank 0's part is done; the model-states file says how many ranks wrote (``dp_world_size``,
-``mp_world_size``) and whether the optimizer is sharded (publish.deepspeed_states), and the save is whole when
+``mp_world_size``) and whether the optimizer is sharded (publish.frameworks.parse.deepspeed_states), and the save is whole when
 every one of those files is a whole zip archive.  ``latest`` naming a later step counts: a save written
 between two scans is published too.
 """
@@ -65,8 +65,8 @@ def _latest_step(dl: Deadline, store: Store, saves: str) -> int | None:
 
 
 def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
-    from publish import deepspeed_states, ziptail
     from publish.errors import Failure, StoreError
+    from publish.frameworks.parse import deepspeed_states, ziptail
     from publish.redact import shown
 
     saves = path.rpartition("/")[0]

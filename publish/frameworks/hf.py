@@ -47,7 +47,7 @@ def _ranks_present(dl: Deadline, store: Store, path: str, world_size: int) -> bo
 def complete(
     dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None], world_size: int = 0
 ) -> bool:
-    from publish import trainer_state
+    from publish.frameworks.parse import trainer_state
     from publish.redact import shown
 
     where = shown(store.location(path + "/trainer_state.json"))
@@ -74,7 +74,7 @@ def complete(
 
 def _shards_present(dl: Deadline, store: Store, path: str, index: str) -> bool:
     """True when the shard index ``index`` is absent, or every shard it names is there."""
-    from publish import trainer_state
+    from publish.frameworks.parse import trainer_state
     from publish.redact import shown
 
     where = shown(store.location(f"{path}/{index}"))

@@ -1,6 +1,6 @@
 """PyTorch Lightning's ModelCheckpoint: a file ``<...>step=<step><...>.ckpt`` directly in SAVES (by default
 ``epoch=E-step=S.ckpt``; any ``filename`` template holding ``{step}``), whole when its torch archive is: the
-zip's end records and central directory are there and agree (publish.ziptail).
+zip's end records and central directory are there and agree (publish.frameworks.parse.ziptail).
 
 ``last.ckpt`` and names without ``step=`` are not saves.  Lightning writes a checkpoint in one piece (into
 a temporary file that is renamed, or with a single write), so a file whose archive is whole was written to
@@ -55,7 +55,7 @@ def unpublishable(name: str) -> str:
 
 
 def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
-    from publish import ziptail
+    from publish.frameworks.parse import ziptail
 
     size = store.size(dl, path)
     if size is None:

@@ -7,8 +7,8 @@ import os
 import stat
 from typing import Callable
 
-from publish import fsops
-from publish.fileio import read_at_most
+from publish.files import fsops
+from publish.files.fileio import read_at_most
 from publish.snapshot_format import SnapshotError
 
 _REPARSE_POINT = 0x400  # FILE_ATTRIBUTE_REPARSE_POINT, Windows only

@@ -2,7 +2,7 @@
 
 Everything is looked up relative to a descriptor of the root, opened once per call (the root may be a
 link).  pub/ and exec/ must be real directories: they are opened with ``O_NOFOLLOW``, so one swapped for a
-link after a check is refused, not followed.  Removal walks down with ``O_NOFOLLOW`` too (publish.fsops).
+link after a check is refused, not followed.  Removal walks down with ``O_NOFOLLOW`` too (publish.files.fsops).
 
 One store made of two parts: the root's directories (:class:`publish.stores.posix_root.RootDirs`: the root's
 descriptor, pub/, exec/ and tomb/ never through a link) and the generic file operations over them
@@ -15,9 +15,9 @@ from __future__ import annotations
 import posix as os  # os's functions themselves (os.open is posix.open): importing os costs a sixth of a bare start
 import stat
 
-from publish import fsops
 from publish.deadline import Deadline
 from publish.errors import Failure, FileError
+from publish.files import fsops
 from publish.layout import EXEC, MAN, POSIX_NAME_MAX, PUB, TOMB
 from publish.redact import shown
 from publish.stores.posix_root import MARKER_FLAGS, RootDirs, entry_kind, kind
@@ -474,7 +474,9 @@ class PosixStore:
                 st = os.fstat(f)
                 if not stat.S_ISREG(st.st_mode):
                     raise Failure(f"{where} is {kind(st.st_mode)}, not a regular file")
-                from publish.fileio import read_at_most  # a manifest's reader alone: a resolve needs none
+                from publish.files.fileio import (
+                    read_at_most,  # a manifest's reader alone: a resolve needs none
+                )
 
                 data = read_at_most(f, limit)
             finally:

@@ -7,10 +7,10 @@ import errno
 import os
 import stat
 
-from publish import fsops
 from publish.deadline import Deadline
 from publish.errors import Failure, FileError
-from publish.fileio import read_at_most
+from publish.files import fsops
+from publish.files.fileio import read_at_most
 from publish.redact import shown
 from publish.stores.base import LastChange
 from publish.stores.posix_root import MARKER_FLAGS, RANGE_LIMIT, RootDirs, kind, why

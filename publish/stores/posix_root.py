@@ -8,8 +8,8 @@ import errno
 import posix as os  # os's functions themselves (os.open is posix.open): importing os costs a sixth of a bare start
 import stat
 
-from publish import fsops
 from publish.errors import Failure, FileError
+from publish.files import fsops
 from publish.layout import EXEC, PUB
 from publish.redact import shown
 

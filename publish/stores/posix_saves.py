@@ -15,8 +15,8 @@ import errno
 import os
 import stat
 
-from publish import fsops
 from publish.errors import Failure, FileError
+from publish.files import fsops
 from publish.redact import shown
 from publish.stores.posix_root import MARKER_FLAGS, RootDirs, kind
 

@@ -7,7 +7,7 @@ import os
 from publish.errors import Failure, StoreError
 from publish.layout import EXEC, MAN, PUB, ROOT_OBJECT, S3_KEY_MAX, TOMB
 from publish.redact import shown
-from publish.s3client import S3Client
+from publish.s3.s3client import S3Client
 from publish.stores.base import LastChange, Removal, Upload
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from publish.credentials import Credentials
     from publish.deadline import Deadline
-    from publish.s3client import Renew
+    from publish.s3.s3client import Renew
 
 #: The bytes one ranged GET of a deep check asks for.
 CHUNK = 8 * 1024 * 1024

@@ -23,9 +23,9 @@ import os
 import stat
 import zlib
 
-from publish import fsops
 from publish.deadline import Deadline
 from publish.errors import PublishError, UploadError
+from publish.files import fsops
 from publish.redact import shown
 from publish.stores.posix_root import MARKER_FLAGS, kind
 
@@ -33,7 +33,7 @@ TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from publish.s3client import S3Client
+    from publish.s3.s3client import S3Client
     from publish.stores.posix import PosixStore
     from publish.stores.s3 import S3Store
 

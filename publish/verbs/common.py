@@ -1,7 +1,7 @@
 """What every verb's command line shares: the root flags, the root and argument checks, opening the store.
 
 A verb module declares one :class:`Command` subclass: its ``name``, ``synopsis``, ``summary``, its flags
-(typed :class:`publish.flags.Flag` attributes defined in ``__init__``) and ``run``.
+(typed :class:`publish.go.flags.Flag` attributes defined in ``__init__``) and ``run``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from publish import layout, redact, roots, stores
 from publish.deadline import Deadline
 from publish.errors import Failure, UsageError
-from publish.flags import FlagSet
+from publish.go.flags import FlagSet
 from publish.redact import quoted, shown
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, Callable
 
-    from publish.flags import Flag, FlagError
     from publish.frameworks import Framework
+    from publish.go.flags import Flag, FlagError
     from publish.verbs import Say
     from publish.verbs.metrics import Metrics
 
@@ -115,7 +115,7 @@ class Command:
             what = "mirror" if mirror is not None else "root"
             raise UsageError(f"-creds is required for the s3:// {what} {shown(root.text)}")
         if self.proxy.is_set:
-            from publish.gocompat import go_quote
+            from publish.go.gocompat import go_quote
             from publish.urls import parse_proxy
 
             value = self.proxy.value
@@ -169,7 +169,7 @@ def mirror_flag(fs: FlagSet) -> Flag[str]:
 
 def keep_flag(fs: FlagSet) -> Flag[int | None]:
     """-mirror-keep, for run and watch."""
-    from publish.gocompat import parse_decimal
+    from publish.go.gocompat import parse_decimal
 
     return fs.custom(
         "mirror-keep",
@@ -228,7 +228,7 @@ def usage_error(e: FlagError) -> UsageError:
 def _why(why: str, text: str) -> str:
     """Why a flag's value was refused, its password hidden when the value is a URL that holds one (a
     duration's error echoes the value)."""
-    from publish.gocompat import PARSE_ERROR
+    from publish.go.gocompat import PARSE_ERROR
 
     found: list[str] = []
     masked = redact.url(text, found)
@@ -270,7 +270,7 @@ def decimal(what: str) -> Callable[[str], int]:
     """A parser for a plain decimal in [0, 10^20): epochs and steps."""
 
     def parse(text: str) -> int:
-        from publish.gocompat import ParseError, parse_decimal
+        from publish.go.gocompat import ParseError, parse_decimal
 
         if text[:1] == "-":  # no sign: "-1" is malformed, not too small
             raise ParseError()
@@ -304,7 +304,7 @@ def epoch(flag: Flag[int | None], env: Mapping[str, str]) -> int:
     try:
         return decimal("epoch")(text)
     except ValueError as e:
-        from publish.gocompat import go_quote
+        from publish.go.gocompat import go_quote
 
         raise UsageError(f"invalid value {go_quote(text)} for DISPATCH_EPOCH: {e}") from None
 
@@ -328,7 +328,7 @@ def framework_flag(fs: FlagSet, usage: str) -> Flag[str | None]:
 
 
 def _world_size(text: str) -> int:
-    from publish.gocompat import (
+    from publish.go.gocompat import (
         parse_decimal,  # here: a command line without numbers needs none of Go's rules
     )
 
@@ -376,7 +376,7 @@ class SavesCommand(Command):
         try:
             return _world_size(text)
         except ValueError as e:
-            from publish.gocompat import go_quote
+            from publish.go.gocompat import go_quote
 
             raise UsageError(f"invalid value {go_quote(text)} for WORLD_SIZE: {e}") from None
 

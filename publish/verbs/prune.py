@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Callable
 
-    from publish.flags import Flag, FlagSet
+    from publish.go.flags import Flag, FlagSet
     from publish.stores.base import Upload
 
 #: How many finished tombstones are dropped at once (one fsync of tomb/ on POSIX).

@@ -73,7 +73,7 @@ def verify_value(text: str) -> str:
     """-verify's value: a Go boolean (true: the sizes; false: off) or ``deep``."""
     if text == DEEP:
         return DEEP
-    from publish.gocompat import parse_go_bool
+    from publish.go.gocompat import parse_go_bool
 
     try:
         return SIZES if parse_go_bool(text) else OFF

@@ -12,7 +12,7 @@ import time
 from publish.deadline import Deadline
 from publish.errors import Failure, PublishError, UsageError
 from publish.frameworks import CHOICES, Framework
-from publish.gocompat import parse_decimal
+from publish.go.gocompat import parse_decimal
 from publish.layout import EXEC
 from publish.redact import shown
 from publish.stores.base import Store

@@ -331,12 +331,12 @@ def text(doc: dict[str, Any]) -> list[str]:
         if plan["keep_every"]:
             policy += f" -keep-every {plan['keep_every']}"
         if plan["keep_within"] is not None:
-            from publish.gocompat import format_duration
+            from publish.go.gocompat import format_duration
 
             policy += f" -keep-within {format_duration(plan['keep_within'])}"
         orphans = plan.get("orphans")
         if orphans is not None:
-            from publish.gocompat import format_duration
+            from publish.go.gocompat import format_duration
 
             policy += f" -orphans -orphans-age {format_duration(orphans['age'])}"
             if orphans["attempt"] is not None:

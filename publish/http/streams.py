@@ -1,0 +1,124 @@
+"""Byte streams under the HTTP reader: a socket, or TLS over any stream (so TLS can run inside a proxy's TLS),
+each operation bounded by the time left before the request's deadline.  publish.http.tls is imported only to
+build a TLSStream, so plain http:// loads no TLS code."""
+
+from __future__ import annotations
+
+import select
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    import _socket
+    from collections.abc import Callable
+    from typing import Optional, Union
+
+    from publish.http.tls import Conn, Context
+
+    Clock = Callable[[], Optional[float]]  # the seconds left before the deadline (None: no deadline)
+    Stream = Union["SockStream", "TLSStream"]
+
+_CHUNK = 256 * 1024
+
+
+class SockStream:
+    """A socket (a plain _socket.socket or a publish.http.tls.Conn); every operation gets the time left."""
+
+    def __init__(self, sock: _socket.socket | Conn, left: Clock, pending: bytes = b"") -> None:
+        self.sock = sock
+        self._left = left
+        self._pending = pending
+
+    def recv_into(self, buf: memoryview) -> int:
+        if self._pending:
+            n = min(len(buf), len(self._pending))
+            buf[:n] = self._pending[:n]
+            self._pending = self._pending[n:]
+            return n
+        self.sock.settimeout(self._left())
+        return self.sock.recv_into(buf)
+
+    def recv(self, size: int) -> bytes:
+        buf = bytearray(size)
+        n = self.recv_into(memoryview(buf))
+        return bytes(buf[:n])
+
+    def sendall(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        for i in range(0, len(view), _CHUNK):
+            self.sock.settimeout(self._left())
+            self.sock.sendall(view[i : i + _CHUNK])
+
+    def idle_readable(self) -> bool:
+        """True when data or EOF is waiting on a connection that should be quiet (the server closed it)."""
+        pending = getattr(self.sock, "pending", None)  # a tls.Conn's decrypted bytes
+        if self._pending or (pending is not None and pending()):
+            return True
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+    def close(self) -> None:
+        try:  # noqa: SIM105 - contextlib would load functools and collections
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class TLSStream:
+    """TLS over another stream through memory BIOs: TLS inside a tunnel, itself maybe TLS (https proxy)."""
+
+    def __init__(self, inner: SockStream, ctx: Context, hostname: str) -> None:
+        from publish.http import tls
+
+        self._want_read = tls.WantRead
+        self._zero = (tls.ZeroReturn, tls.RaggedEOF)
+        self.inner = inner
+        self._in = tls.MemoryBIO()
+        self._out = tls.MemoryBIO()
+        self._obj = tls.wrap_bio(ctx, self._in, self._out, hostname)
+        self._call(self._obj.do_handshake)
+
+    def _flush(self) -> None:
+        data = self._out.read()
+        if data:
+            self.inner.sendall(data)
+
+    def _fill(self) -> None:
+        data = self.inner.recv(_CHUNK)
+        if data:
+            self._in.write(data)
+        else:
+            self._in.write_eof()
+
+    def _call(self, op: Callable[[], object]) -> object:
+        while True:
+            try:
+                result = op()
+            except self._want_read:
+                self._flush()
+                self._fill()
+                continue
+            self._flush()
+            return result
+
+    def recv_into(self, buf: memoryview) -> int:
+        try:
+            n = self._call(lambda: self._obj.read(len(buf), buf))
+        except self._zero:
+            return 0
+        assert isinstance(n, int)
+        return n
+
+    def sendall(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        for i in range(0, len(view), _CHUNK):
+            piece = view[i : i + _CHUNK]
+            self._call(lambda: self._obj.write(piece))  # noqa: B023 - called before the loop moves on
+
+    def idle_readable(self) -> bool:
+        return self._obj.pending() > 0 or self._in.pending > 0 or self.inner.idle_readable()
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,310 @@
+"""publish status: what a root holds, read only, the same on POSIX and S3 roots (SeaweedFS, moto)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from publish import layout
+from publish.deadline import Deadline
+from publish.errors import Failure
+from publish.stores.posix import PosixStore
+from publish.verbs import status as status_module
+from tests.conftest import Result, command, need, run_cli
+from tests.support.crash import tree
+from tests.support.fault_proxy import FaultProxy, Respond
+from tests.support.s3roots import Root
+from tests.support.servers import S3Server, Weed
+
+
+def state(step: int) -> bytes:
+    return json.dumps({"global_step": step}).encode()
+
+
+PUBLISHED = [(0, 1, "exec/A/checkpoint-1"), (0, 2, "exec/A/checkpoint-2"), (0, 6, "exec/C/sub/checkpoint-6")]
+PUBLISHED += [(1, 8, "exec/gone/checkpoint-8")]  # its save was deleted by hand
+
+
+def fill(put: Callable[[str, bytes], None]) -> None:
+    """The same root on any store: ``put(path, bytes)`` writes one file."""
+    for step in (1, 2, 3):
+        put(f"exec/A/checkpoint-{step}/trainer_state.json", state(step))
+    put("exec/A/checkpoint-4/model.bin", b"w")  # no trainer_state.json yet
+    put("exec/B/checkpoint-9/trainer_state.json", state(7))  # can never be whole
+    put("exec/A/junk/x", b"j")  # no framework names it, no entry names it
+    put("exec/A/epoch=0-step=5.ckpt", b"not a zip")  # a Lightning file still being written
+    put("exec/C/sub/checkpoint-6/trainer_state.json", state(6))
+    put("exec/old/checkpoint-0/w", b"o")  # an interrupted prune's
+    put("tomb/" + layout.tomb_name("exec/old/checkpoint-0"), b"")
+    for epoch, step, path in PUBLISHED:
+        put("pub/" + layout.name(epoch, step, path), b"")
+
+
+def expected(root: str, keep: int | None) -> dict[str, Any]:
+    def loc(path: str) -> str:
+        return f"{root}/{path}"
+
+    def save(path: str, framework: str, step: int, state: str, message: str = "") -> dict[str, Any]:
+        return {
+            "path": path,
+            "location": loc(path),
+            "framework": framework,
+            "step": step,
+            "step_decimal": str(step),
+            "state": state,
+            "message": message,
+        }
+
+    pubs = [
+        {
+            "entry": layout.name(e, s, p),
+            "epoch": e,
+            "step": s,
+            "epoch_decimal": str(e),
+            "step_decimal": str(s),
+            "path": p,
+            "location": loc(p),
+            "exists": p != "exec/gone/checkpoint-8",
+        }
+        for e, s, p in sorted(PUBLISHED, reverse=True)
+    ]
+    faulty = (
+        f"{loc('exec/B/checkpoint-9')}/trainer_state.json: global_step 7 disagrees with the folder's step 9"
+    )
+    return {
+        "version": 1,
+        "root": root,
+        "framework": None,
+        "publications": pubs,
+        "attempts": {"total": 4, "looked_into": 4},
+        "saves": [
+            # one verdict per save: hf's and dcp's rules both match checkpoint-N; hf's is the more specific
+            save("exec/A/checkpoint-3", "hf", 3, "complete"),
+            save("exec/A/checkpoint-4", "hf", 4, "incomplete"),
+            save("exec/A/epoch=0-step=5.ckpt", "lightning", 5, "incomplete"),
+            save("exec/B/checkpoint-9", "hf", 9, "faulty", faulty),
+        ],
+        "unnamed": [{"path": "exec/A/junk", "location": loc("exec/A/junk")}],
+        "unreadable": [],
+        "tombstones": [{"path": "exec/old/checkpoint-0", "location": loc("exec/old/checkpoint-0")}],
+        "prune": None
+        if keep is None
+        else {
+            "keep": keep,
+            "keep_every": None,
+            "keep_within": None,
+            "orphans": None,
+            "entries": [layout.name(0, 1, "exec/A/checkpoint-1"), layout.name(0, 2, "exec/A/checkpoint-2")],
+            "lines": [
+                f"would remove {loc('exec/old/checkpoint-0')}",
+                f"would remove {loc('exec/A/checkpoint-1')}",
+                f"would remove {loc('exec/A/checkpoint-2')}",
+            ],
+        },
+    }
+
+
+def posix_root(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+
+    def put(path: str, data: bytes) -> None:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+
+    fill(put)
+    return root
+
+
+def doc(r: Result) -> dict[str, Any]:
+    """The document, each publication's ``time`` and ``age`` checked for their form and taken out (the
+    tests that check their values are in tests/verbs/test_retention.py)."""
+    assert (r.code, r.err) == (0, ""), r.err
+    assert len(r.lines) == 1  # one JSON document on one line
+    parsed: dict[str, Any] = json.loads(r.out)
+    for pub in parsed["publications"]:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", pub.pop("time"))
+        age = pub.pop("age")
+        assert isinstance(age, (int, float)) and age >= 0
+    return parsed
+
+
+@pytest.mark.parametrize("keep", [None, 2])
+def test_posix_status_json_reports_everything_and_changes_nothing(tmp_path: Path, keep: int | None) -> None:
+    root = posix_root(tmp_path)
+    before = tree(root)
+    flags = [] if keep is None else ["-keep", str(keep)]
+    r = run_cli("status", "-checkpoint", str(root), "-json", *flags)
+    assert doc(r) == expected(str(root), keep)
+    assert tree(root) == before
+
+
+def test_posix_status_text(tmp_path: Path) -> None:
+    root = posix_root(tmp_path)
+    r = run_cli("status", "-checkpoint", str(root), "-keep", "2")
+    assert (r.code, r.err) == (0, ""), r.err
+    assert r.lines[:5] == [
+        f"publications in {root}/pub: 4, newest first",
+        f"  epoch 1 step 8 {root}/exec/gone/checkpoint-8 (MISSING)",
+        f"  epoch 0 step 6 {root}/exec/C/sub/checkpoint-6 (exists)",
+        f"  epoch 0 step 2 {root}/exec/A/checkpoint-2 (exists)",
+        f"  epoch 0 step 1 {root}/exec/A/checkpoint-1 (exists)",
+    ]
+    assert f"  complete   {root}/exec/A/checkpoint-3 (hf, step 3)" in r.lines
+    assert f"  incomplete {root}/exec/A/epoch=0-step=5.ckpt (lightning, step 5)" in r.lines
+    faulty = [line for line in r.lines if line.startswith("  faulty ")]
+    assert faulty == [
+        f"  faulty     {root}/exec/B/checkpoint-9 (hf, step 9): {root}/exec/B/checkpoint-9/trainer_state.json: "
+        "global_step 7 disagrees with the folder's step 9"
+    ]
+    assert f"  {root}/exec/A/junk" in r.lines and f"  {root}/exec/old/checkpoint-0" in r.lines
+    dry = run_cli("prune", "-checkpoint", str(root), "-keep", "2", "-dry-run")
+    at = r.lines.index("prune -keep 2 would remove entries: 2, and:")
+    assert r.lines[at + 1 :] == ["  " + line for line in dry.lines]
+
+
+def test_status_of_an_empty_root(tmp_path: Path) -> None:
+    r = run_cli("status", "-checkpoint", str(tmp_path), "-json")
+    assert doc(r) == {
+        "version": 1,
+        "root": str(tmp_path),
+        "framework": None,
+        "publications": [],
+        "attempts": {"total": 0, "looked_into": 0},
+        "saves": [],
+        "unnamed": [],
+        "unreadable": [],
+        "tombstones": [],
+        "prune": None,
+    }
+
+
+def test_status_fails_on_a_bad_entry_as_resolve_does(tmp_path: Path) -> None:
+    root = posix_root(tmp_path)
+    (root / "pub" / "stray").touch()
+    s = run_cli("status", "-checkpoint", str(root))
+    r = run_cli("resolve", "-checkpoint", str(root))
+    assert (s.code, s.out, s.err) == (r.code, "", r.err)
+    assert s.code == 1 and f"{root}/pub/stray" in s.err
+
+
+def test_status_fails_on_a_bad_tombstone_as_prune_does(tmp_path: Path) -> None:
+    root = posix_root(tmp_path)
+    (root / "tomb" / "lower").touch()
+    s = run_cli("status", "-checkpoint", str(root))
+    p = run_cli("prune", "-checkpoint", str(root), "-dry-run")
+    assert (s.code, s.out, s.err) == (p.code, "", p.err)
+    assert s.code == 1 and f"{root}/tomb/lower" in s.err
+
+
+def test_status_of_a_missing_root_fails(tmp_path: Path) -> None:
+    r = run_cli("status", "-checkpoint", str(tmp_path / "nope"))
+    assert r.code == 1 and r.err.startswith("publish: ")
+
+
+@pytest.mark.parametrize("bad", ["-keep=0", "-json=maybe"])
+def test_status_bad_flags_are_usage_errors(tmp_path: Path, bad: str) -> None:
+    r = run_cli("status", "-checkpoint", str(tmp_path), bad)
+    assert r.code == 2 and "usage: publish status" in r.err
+
+
+def test_status_looks_into_the_last_attempts_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    need(command() is None, "sets the in-process command's limit")
+    monkeypatch.setattr(status_module, "ATTEMPT_LIMIT", 2)
+    root = posix_root(tmp_path)
+    d = doc(run_cli("status", "-checkpoint", str(root), "-json"))
+    assert d["attempts"] == {"total": 4, "looked_into": 2}  # C and old: nothing of A or B
+    assert d["saves"] == [] and d["unnamed"] == []
+    r = run_cli("status", "-checkpoint", str(root))
+    assert f"saves not published under {root}/exec/ (4 attempts, the last 2 by name looked into)" in r.lines
+
+
+# -- S3 -------------------------------------------------------------------------------------------------
+
+
+def s3_filled(root: Root) -> Root:
+    fill(lambda path, data: root.put(path, data))
+    return root
+
+
+def s3_state(root: Root) -> dict[str, bytes]:
+    return {
+        k: root.s3.get_object(Bucket=root.bucket, Key=f"{root.prefix}/{k}")["Body"].read()
+        for k in root.keys()  # noqa: SIM118 - Root.keys lists the objects
+    }
+
+
+@pytest.mark.parametrize("keep", [None, 2])
+def test_s3_status_json_reports_everything_and_changes_nothing(
+    s3_server: S3Server, tmp_path: Path, keep: int | None
+) -> None:
+    root = s3_filled(Root(s3_server, tmp_path))
+    before = s3_state(root)
+    flags = [] if keep is None else ["-keep", str(keep)]
+    assert doc(root.run("status", "-json", *flags)) == expected(root.url, keep)
+    assert s3_state(root) == before
+
+
+def test_s3_status_fails_on_a_nested_key_in_pub_as_resolve_does(s3_server: S3Server, tmp_path: Path) -> None:
+    root = s3_filled(Root(s3_server, tmp_path))
+    root.put("pub/sub/x")
+    s, r = root.run("status"), root.run("resolve")
+    assert (s.code, s.out, s.err) == (r.code, "", r.err)
+    assert s.code == 1 and "pub/sub/x" in s.err
+
+
+def test_s3_status_sends_one_list_per_attempt(weed: Weed, tmp_path: Path, fault_proxy: FaultProxy) -> None:
+    root = s3_filled(Root(weed, tmp_path, endpoint=fault_proxy.endpoint))
+    fault_proxy.reset()
+    r = root.run("status", "-json")
+    assert doc(r) == expected(root.url, None)
+    lists = [req.query["prefix"] for req in fault_proxy.seen if req.kind == "LIST"]
+    top = f"{root.prefix}/exec/"
+    exec_lists = [p for p in lists if p.startswith(top) and p.endswith("/") and p[len(top) :].count("/") <= 1]
+    # exec/ itself, then each of its 4 attempts once (folders and files in one LIST); the saves' own checks
+    # read inside the saves.
+    assert sorted(exec_lists) == sorted(f"{root.prefix}/exec/{a}" for a in ("", "A/", "B/", "C/", "old/"))
+
+
+def test_a_save_the_store_refuses_to_read_is_faulty_on_posix(tmp_path: Path) -> None:
+    root = posix_root(tmp_path)
+    (root / "exec/A/checkpoint-4/trainer_state.json").symlink_to("../checkpoint-3/trainer_state.json")
+    d = doc(run_cli("status", "-checkpoint", str(root), "-json"))
+    hf4 = [s for s in d["saves"] if s["path"] == "exec/A/checkpoint-4" and s["framework"] == "hf"]
+    assert [s["state"] for s in hf4] == ["faulty"]
+    assert hf4[0]["message"].startswith(f"{root}/exec/A/checkpoint-4/trainer_state.json")
+
+
+def test_s3_a_store_error_in_a_check_fails_the_verb(
+    weed: Weed, tmp_path: Path, fault_proxy: FaultProxy
+) -> None:
+    root = s3_filled(Root(weed, tmp_path, endpoint=fault_proxy.endpoint))
+    fault_proxy.add(Respond(403, "AccessDenied", "Access Denied."), kind="GET")
+    r = root.run("status")
+    assert (r.code, r.out) == (1, "")
+    assert r.err.startswith("publish: store: ") and "AccessDenied" in r.err
+
+
+def test_an_attempt_that_cannot_be_read_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    need(command() is None, "makes one attempt unreadable in the in-process command")
+    root = posix_root(tmp_path)
+    real = PosixStore.list_folders
+
+    def list_folders(self: PosixStore, dl: Deadline, path: str) -> list[str]:
+        if path == "exec/B":
+            raise Failure(f"{self.location(path)}: Permission denied")
+        return real(self, dl, path)
+
+    monkeypatch.setattr(PosixStore, "list_folders", list_folders)
+    d = doc(run_cli("status", "-checkpoint", str(root), "-json"))
+    message = f"{root}/exec/B: Permission denied"
+    assert d["unreadable"] == [{"path": "exec/B", "location": f"{root}/exec/B", "message": message}]
+    assert [s for s in d["saves"] if s["path"].startswith("exec/B/")] == []
+    assert len(d["saves"]) == 3  # the other attempts' saves are all there, each once
+    r = run_cli("status", "-checkpoint", str(root))
+    assert r.code == 0
+    at = r.lines.index("attempts under exec/ that could not be read:")
+    assert r.lines[at + 1] == f"  {message}"
