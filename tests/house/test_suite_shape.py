@@ -125,3 +125,27 @@ def test_no_dead_api_in_the_package() -> None:
                 if (name, item) not in used:
                     dead.append(f"{name}.{item}")
     assert dead == []
+
+
+def test_the_tests_mirror_the_package() -> None:
+    """A folder of tests/ is a package of publish/ (its tests), or one of the suite's own: promise/ (the promise
+    as one property), jobs/ (a real Slurm), house/ (the build, the binary, the docs, the code's shape), support/
+    (what the tests share). Every module that is not a test lives in support/."""
+    root = HERE.parent
+    packages = {
+        p.parent.relative_to(root / "publish").as_posix() for p in (root / "publish").rglob("__init__.py")
+    }
+    own = {"promise", "jobs", "house", "support"}
+    folders = {
+        p.relative_to(HERE).as_posix() for p in HERE.rglob("*") if p.is_dir() and p.name != "__pycache__"
+    }
+    stray = sorted(f for f in folders if f not in packages | own and not f.startswith("support/"))
+    assert stray == []
+    helpers = sorted(
+        p.relative_to(HERE).as_posix()
+        for p in HERE.rglob("*.py")
+        if not p.name.startswith("test_")
+        and p.name not in ("__init__.py", "conftest.py")
+        and p.relative_to(HERE).parts[0] != "support"
+    )
+    assert helpers == []
