@@ -272,6 +272,32 @@ def test_a_save_changed_since_its_publication_is_not_mirrored(s3_server: Any, tm
     assert t.mirror.entries() == []
 
 
+@pytest.mark.parametrize("kind", ["link to a file outside", "link to a file inside", "fifo"])
+def test_a_save_holding_a_link_is_published_not_mirrored(s3_server: Any, tmp_path: Path, kind: str) -> None:
+    """The root's manifest leaves a link or a FIFO inside a save out; the upload refuses the save, naming the
+    thing, never reads a link's target, and leaves no mirror entry; the save stays pending (kept by -keep)."""
+    t = Tiers(s3_server, tmp_path)
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not the save's")
+    folder = t.save(1)
+    odd = folder / "odd"
+    if kind == "fifo":
+        os.mkfifo(odd)
+    else:
+        odd.symlink_to(outside if kind.endswith("outside") else folder / "shard-0.bin")
+    t.save(2)
+    r = run_cli("run", *t.flags("-framework", "hf", "-keep", "1", "-attempt", "a", "--", "true"))
+    code, err = r.code, r.err
+    assert code == 1, err
+    entries = t.fast_entries()
+    assert [layout.parse(e).step for e in entries] == [1, 2]  # the pending save 1 is kept
+    assert "odd" in err and "not mirrored" in err, err
+    assert err.count("odd") <= 2, err  # said once, not on every pass
+    mirrored = t.mirror.entries()
+    assert [layout.parse(e).step for e in mirrored] == [2]
+    assert not [k for k in t.mirror.keys("") if k.endswith("/odd")]
+
+
 def test_without_mirror_the_same_prune_removes_them(weed: Any, tmp_path: Path) -> None:
     """The counterpart: the fast root's prune keeps pending saves only because of -mirror."""
     t = Tiers(weed, tmp_path)
