@@ -73,7 +73,11 @@ class S3:
         return f"{self.url}/{rel}"
 
 
-@pytest.fixture(params=["posix", "seaweedfs", "moto"])
+#: The S3 tiers carry the s3 marker: the runs without servers (other Pythons) leave them out.
+_SEAWEEDFS = pytest.param("seaweedfs", marks=pytest.mark.s3)
+
+
+@pytest.fixture(params=["posix", _SEAWEEDFS, pytest.param("moto", marks=pytest.mark.s3)])
 def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "posix":
         (tmp_path / "ckpt").mkdir()
@@ -251,7 +255,7 @@ def test_a_damaged_manifest_fails_that_entry_naming_it(tier: Any, data: bytes, w
     assert r.err.startswith(head) and why in r.err and r.err.count("\n") == 1, r
 
 
-@pytest.fixture(params=["posix", "seaweedfs"])
+@pytest.fixture(params=["posix", _SEAWEEDFS])
 def big_tier(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     """A POSIX root or one on SeaweedFS (a 64 MiB object in moto's memory is slow, and S3 is covered)."""
     if request.param == "posix":
