@@ -213,7 +213,7 @@ class Store(Protocol):
 
     def remove_manifests(self, dl: Deadline, names: list[str]) -> None:
         """Remove ``man/<name>`` for each name, durable before returning; a missing one is fine.  POSIX: also
-        the temporary files of writes cut off more than :data:`publish.stores.posix.TEMP_AGE` ago."""
+        the temporary files of writes cut off more than :data:`publish.stores.posix_writes.TEMP_AGE` ago."""
         ...
 
     def save_rows(self, dl: Deadline, path: str, digests: bool) -> list[tuple[str, int, str | None]]:
