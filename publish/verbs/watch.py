@@ -12,7 +12,7 @@ from publish.layout import EXEC, MAN, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.threads import Flag, Worker
-from publish.verbs import Say, common
+from publish.verbs import Say, common, shared
 from publish.verbs.mirror import open_tiers
 from publish.verbs.publish import DOOMED, doomed_folders, publish_entry
 
@@ -247,7 +247,7 @@ def watch(
     return uploader.finish(timeout) and not uploader.fault
 
 
-class Watch(common.SavesCommand):
+class Watch(shared.SavesCommand):
     name = "watch"
     synopsis = (
         f"publish watch {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
@@ -264,7 +264,7 @@ class Watch(common.SavesCommand):
     def run(self, call: common.Call) -> int:
         common.expect_args(call, ["SAVES"], optional=1)
         root = self.root(call)
-        epoch = common.epoch(self.epoch, call.env)
+        epoch = shared.epoch(self.epoch, call.env)
         framework = self.chosen()
         if call.args:
             saves = roots.below(root, call.args[0], call.cwd, "SAVES")
