@@ -1,5 +1,5 @@
 """The writing part of the POSIX store: the root made, entries, marks, tombstones and manifests created and
-removed, and saves removed (walking down through descriptors, publish.files.fsops). A part of
+removed, and saves removed (walking down through descriptors, publish.files.walks). A part of
 :class:`publish.stores.posix.PosixStore`, made on first use: a resolve that answers needs none of it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import posix as os  # os's functions themselves (os.open is posix.open): importi
 import stat
 
 from publish.errors import Failure, FileError
-from publish.files import fsops
+from publish.files import fsops, walks
 from publish.layout import EXEC, MAN, POSIX_NAME_MAX, PUB, TOMB
 from publish.redact import shown
 from publish.stores.posix_root import MARKER_FLAGS, RootDirs, kind
@@ -154,7 +154,7 @@ class PosixWrites:
                 rel = "/".join(parts[: i + 1])
                 try:
                     result = self._remove_step(fds, part, rel, last=i == len(parts) - 1)
-                except fsops.Changed as e:
+                except walks.Changed as e:
                     where = self._dirs.full(rel + ("/" + e.filename if e.filename else ""))
                     raise Failure(f"{where}: could not remove: {e.strerror}") from None
                 except OSError as e:
@@ -187,15 +187,15 @@ class PosixWrites:
             except FileNotFoundError:
                 return Removal(False)
             return Removal(True)
-        outcome = fsops.remove_tree(fds[-1], part, st) if last else fsops.enter(fds[-1], part, st)
+        outcome = walks.remove_tree(fds[-1], part, st) if last else walks.enter(fds[-1], part, st)
         if isinstance(outcome, int):
             fds.append(outcome)
             return None
         if outcome == "":
             return Removal(True)
-        if outcome == fsops.LINK:  # swapped for a link after the check: left in place, as any link is
+        if outcome == walks.LINK:  # swapped for a link after the check: left in place, as any link is
             return Removal(False, link=rel)
-        if outcome == fsops.GONE:
+        if outcome == walks.GONE:
             return Removal(False)
         raise Failure(f"{self._dirs.full(rel)}: could not remove: it was replaced while it was being removed")
 
@@ -360,7 +360,7 @@ class PosixWrites:
                 if not name.startswith("."):
                     st = fsops.lstat_at(fd, name)
                     if st is not None:  # else removed since it was listed
-                        times[name] = fsops.changed_at(st)
+                        times[name] = walks.changed_at(st)
             return times
         except OSError as e:
             raise FileError(self._dirs.full(MAN), e) from None
@@ -386,7 +386,7 @@ class PosixWrites:
             for name in os.listdir(fd):
                 if name.startswith(TEMP_PREFIX):
                     st = fsops.lstat_at(fd, name)
-                    if st is not None and stat.S_ISREG(st.st_mode) and fsops.changed_at(st) < cutoff:
+                    if st is not None and stat.S_ISREG(st.st_mode) and walks.changed_at(st) < cutoff:
                         stale.append(name)
         except OSError as e:
             raise FileError(self._dirs.full(MAN), e) from None
