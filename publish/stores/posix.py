@@ -14,8 +14,8 @@ listing of pub/, ``holds`` and ``exists`` are here.
 
 from __future__ import annotations
 
+import _stat as stat  # stat's functions and constants themselves: stat.py is one more module to load
 import posix as os  # os's functions themselves (os.open is posix.open): importing os costs a sixth of a bare start
-import stat
 
 from publish.deadline import Deadline
 from publish.errors import Failure, FileError
