@@ -220,14 +220,14 @@ def hot_modules(repo: Path) -> set[str]:
         (root / "exec" / "1" / "checkpoint-10").mkdir(parents=True)
         (root / "pub" / layout.name(0, 10, "exec/1/checkpoint-10")).write_bytes(b"")
         out = Path(tmp) / "modules"
-        # written at exit, and before os._exit, with which run and watch end
+        # written at exit, and before os._exit (posix._exit, as publish.cli calls it), with which run and watch end
         code = (
-            "import atexit, os, sys\n"
+            "import atexit, os, posix, sys\n"
             f"sys.path.insert(0, {str(repo)!r})\n"
             f"note = lambda: open({str(out)!r}, 'a').write(' '.join(sys.modules) + '\\n')\n"
             "atexit.register(note)\n"
             "end = os._exit\n"
-            "os._exit = lambda code: (atexit.unregister(note), note(), end(code))\n"
+            "os._exit = posix._exit = lambda code: (atexit.unregister(note), note(), end(code))\n"
             "sys.argv[0] = 'publish'\n"
             "from publish.cli import run\n"
             "sys.exit(run())\n"
