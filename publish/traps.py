@@ -9,7 +9,7 @@ TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the 
 if TYPE_CHECKING:
     from typing import Callable
 
-    from publish.verbs.common import Trap
+    from publish.verbs.shared import Trap
 
 
 def block_all() -> None:

@@ -17,10 +17,11 @@ from publish.redact import quoted, shown
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any, Callable
+    from typing import Any
 
     from publish.go.flags import Flag, FlagError
     from publish.verbs import Say
+    from publish.verbs.shared import Trap
 
 ROOT_FLAGS = "-checkpoint ROOT [-creds LIST [-proxy URL]] [-timeout 5m]"
 
@@ -40,18 +41,6 @@ class Call:
         self.say = say
         self.stop = stop  # what ends a watch or a run as SIGTERM does, or None
         self.started = time.monotonic()
-
-
-class Trap:
-    """What a verb that runs until a signal asks of the cli: ``handler(signum)`` for SIGTERM, SIGINT and
-    ``extra``, and ``stop`` (with ``close()``), handed to ``run`` as ``call.stop``."""
-
-    __slots__ = ("stop", "handler", "extra")
-
-    def __init__(self, stop: Any, handler: Callable[[int], None], extra: int | None = None) -> None:
-        self.stop = stop
-        self.handler = handler
-        self.extra = extra
 
 
 class Command:

@@ -432,9 +432,9 @@ class Run(shared.SavesCommand):
         idle = "with -requeue: after `K` dispatches in a row were requeued without publishing, do not requeue"
         self.max_idle = fs.custom("max-idle-requeues", 3, idle, lambda t: parse_decimal(t, minimum=0), "K")
 
-    def trap(self) -> common.Trap:
+    def trap(self) -> shared.Trap:
         signals = Signals()
-        return common.Trap(signals, signals.note, self.signal.value)
+        return shared.Trap(signals, signals.note, self.signal.value)
 
     def run(self, call: common.Call) -> int:
         shared.expect_command(call)

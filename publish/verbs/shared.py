@@ -1,6 +1,7 @@
 """What some verbs share beyond the root (publish.verbs.common): the epoch, framework, world-size and
-mirror-keep flags, watch's and run's :class:`SavesCommand`, run's signal names, and how a run or a watch
-says an error and goes on. A verb that takes none of these (resolve, init, probe, prune) imports none of it.
+mirror-keep flags, watch's and run's :class:`SavesCommand` and what they ask of the cli's signal traps
+(:class:`Trap`), run's signal names, and how a run or a watch says an error and goes on. A verb that takes
+none of these (resolve, init, probe, prune) imports none of it.
 """
 
 from __future__ import annotations
@@ -12,11 +13,23 @@ from publish.verbs.common import Call, Command, mirror_flag
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Callable
+    from typing import Any, Callable
 
     from publish.frameworks import Framework
     from publish.go.flags import Flag, FlagSet
     from publish.verbs.metrics import Metrics
+
+
+class Trap:
+    """What a verb that runs until a signal asks of the cli: ``handler(signum)`` for SIGTERM, SIGINT and
+    ``extra``, and ``stop`` (with ``close()``), handed to ``run`` as ``call.stop``."""
+
+    __slots__ = ("stop", "handler", "extra")
+
+    def __init__(self, stop: Any, handler: Callable[[int], None], extra: int | None = None) -> None:
+        self.stop = stop
+        self.handler = handler
+        self.extra = extra
 
 
 def describe(e: BaseException) -> str:

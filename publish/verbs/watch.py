@@ -257,9 +257,9 @@ class Watch(shared.SavesCommand):
     attempt_usage = "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)"
     epoch_default = "0"
 
-    def trap(self) -> common.Trap:
+    def trap(self) -> shared.Trap:
         stop = SignalStop()
-        return common.Trap(stop, lambda signum: stop.set())
+        return shared.Trap(stop, lambda signum: stop.set())
 
     def run(self, call: common.Call) -> int:
         common.expect_args(call, ["SAVES"], optional=1)
