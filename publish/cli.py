@@ -5,7 +5,6 @@ from __future__ import annotations
 import posix  # os's functions themselves: importing os costs a sixth of a bare start
 import sys
 
-from publish import __version__
 from publish.errors import PublishError, UsageError
 from publish.go.flags import FlagError, HelpRequested
 from publish.redact import echo, quoted
@@ -18,26 +17,18 @@ TYPE_CHECKING = (
 )
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Callable, NoReturn, TextIO
+    from typing import NoReturn, TextIO
 
-    from publish.verbs.common import Command, Trap
+    from publish.verbs.common import Command
     from publish.verbs.watch import Stop
 
 #: The verbs in the order ``publish help`` lists them; each is the module publish.verbs.<verb>.
 VERBS = ("resolve", "watch", "publish", "prune", "status", "probe", "run", "init")
-#: The verbs main answers itself: their summaries, and their usage (``publish help VERB``, ``VERB -h``).
+#: The verbs main answers itself (publish.own): their summaries.
 _OWN = {
     "version": "print the version and which build this is",
     "help": "print this list, or with a verb its usage",
     "completion": "print a shell completion script: bash or zsh",
-}
-_OWN_USAGE = {
-    "version": "usage: publish version\n"
-    "  prints publish <version>, then the build (the one file's digest, or none), the Python and the freezer\n",
-    "help": "usage: publish help [VERB]\n  the verbs, or one verb's usage\n",
-    "completion": "usage: publish completion bash|zsh\n"
-    "  bash: source <(publish completion bash)\n"
-    "  zsh: publish completion zsh > DIR/_publish, DIR a folder on $fpath before compinit\n",
 }
 
 
@@ -96,7 +87,10 @@ def main(
     if verb in ("-version", "--version"):
         verb = "version"
     if verb in _OWN:
-        return _own(verb, argv[1:], out, warn, stdout, stderr)
+        from publish import own  # version, help and completion: a verb's start needs none of it
+
+        table = own.Table(VERBS, command, verb_list, _OWN)
+        return own.answer(verb, argv[1:], out, warn, stdout, stderr, table)
     if verb not in VERBS:
         warn(f"unknown verb {quoted(echo(verb))}")
         stderr.write(verb_list())
@@ -117,7 +111,9 @@ def main(
     restore = None
     trap = cmd.trap() if cmd.traps and stop is None else None
     if trap is not None:
-        restore = _trap(trap)
+        from publish import traps  # watch's and run's alone
+
+        restore = traps.divert(trap)
         if restore is None:  # not the main thread, where alone a handler can be set
             trap.stop.close()
         else:
@@ -152,94 +148,16 @@ def main(
     return code
 
 
-def _own(
-    verb: str,
-    args: list[str],
-    out: Callable[[str], None],
-    warn: Callable[[str], None],
-    stdout: TextIO,
-    stderr: TextIO,
-) -> int:
-    """version, help and completion: no root, no flags but -h."""
-    if args[:1] and args[0] in ("-h", "-help", "--help"):
-        stderr.write(_OWN_USAGE[verb])
-        return 0
-    most = 0 if verb == "version" else 1
-    if len(args) > most:
-        warn(f"unexpected argument {quoted(echo(args[most]))}")
-        stderr.write(_OWN_USAGE[verb])
-        return 2
-    if verb == "version":
-        from publish import buildinfo
-
-        out(f"publish {__version__}")
-        for line in buildinfo.lines():
-            out(line)
-        return 0
-    if verb == "help":
-        if not args:
-            stdout.write(verb_list())
-        elif args[0] in VERBS:
-            stdout.write(command(args[0]).usage())
-        elif args[0] in _OWN:
-            stdout.write(_OWN_USAGE[args[0]])
-        else:
-            warn(f"unknown verb {quoted(echo(args[0]))}")
-            stderr.write(verb_list())
-            return 2
-        return 0
-    from publish import completion
-
-    if not args:
-        warn("missing argument SHELL")
-    elif args[0] not in completion.SHELLS:
-        warn(f"unknown shell {quoted(echo(args[0]))}: {' or '.join(completion.SHELLS)}")
-    else:
-        table = [(v, command(v).summary, command(v).fs.defined()) for v in VERBS]
-        table += [(v, text, []) for v, text in _OWN.items()]
-        stdout.write(completion.script(args[0], table))
-        return 0
-    stderr.write(_OWN_USAGE[verb])
-    return 2
-
-
 _blocked = False  #: set once main() has blocked every signal for the rest of the process (keep_traps)
 
 
 def _block_all() -> None:
-    """Block every signal that can be blocked in this thread: one arriving from now on stays pending, or
-    reaches another thread, where the trap's handler (still installed) only notes it.  ``run`` then ends the
-    process at once (os._exit): the interpreter's own ending would put back the default handlers while
-    other threads, which this mask does not cover, can still receive a signal."""
-    from publish import signals as signal
+    """Block every signal for the rest of the process (publish.traps.block_all); run() then ends it at once."""
+    from publish import traps
 
     global _blocked
-    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    traps.block_all()
     _blocked = True
-
-
-def _trap(trap: Trap) -> Callable[[], None] | None:
-    """SIGTERM, SIGINT and ``trap.extra`` go to ``trap.handler`` until ``restore``, which closes the stop;
-    None (nothing changed) off the main thread, where no handler can be set."""
-    from publish import signals as signal  # signal's functions without its enum
-
-    def handler(signum: int, frame: object) -> None:
-        trap.handler(signum)
-
-    extra = {trap.extra} if trap.extra is not None else set()
-    old = {}
-    for sig in sorted({signal.SIGTERM, signal.SIGINT} | extra):
-        try:
-            old[sig] = signal.signal(sig, handler)
-        except ValueError:  # not the main thread: the first one fails, and nothing was set
-            return None
-
-    def restore() -> None:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
-        trap.stop.close()
-
-    return restore
 
 
 def run() -> int:

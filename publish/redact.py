@@ -18,7 +18,6 @@ one in the first place.
 from __future__ import annotations
 
 REDACTED = "[redacted]"
-PASSWORD = "xxxxx"
 FRAGMENT = 8  #: the shortest piece of a secret that is never shown
 SHORTEST = 4  #: a secret shorter than FRAGMENT is replaced whole when it has at least this many characters
 
@@ -80,17 +79,6 @@ _cut = _Values()  # the pieces of URL passwords that a separator of the user's l
 # The registry as earlier code and the tests' fixtures name it.
 _secrets, _windows, _short = _credentials.values, _credentials.windows, _credentials.short
 
-# re is imported only once a URL is looked at: a POSIX resolve prints its lines without it.
-# The head of a URL, however malformed: anything up to a ":" (a scheme, ``vault:https:``, even `` u:`` of
-# `` u:pw@h`` or ``éu:pw@h``), repeated, then any slashes.  Each repeat ends at the first ":" it meets, so
-# the match is linear.
-_HEAD = r"(?:[^@/\\:?#]*:)+[/\\]*"
-# A URL inside free text: scheme://authority-with-@.  It is tried only where a run of scheme characters
-# begins (the lookbehind), its leading non-letters skipped (group 1), so a long run is scanned once, not
-# once from each of its characters.
-_IN_TEXT = r"(?<![A-Za-z0-9+.-])([0-9+.-]*)([A-Za-z][A-Za-z0-9+.-]*:[/\\]+[^\s/\\@]*(?:@[^\s/\\@]*)*@)"
-# Escapes read as the delimiters they stand for when looking for a userinfo: "http://u:pw%40h" hides "pw".
-_ESCAPES = {"%40": "@", "%3a": ":", "%2f": "/", "%5c": "\\", "%3f": "?", "%23": "#"}
 # Line breaks to str.splitlines, though not control characters; and Unicode's Bidi_Control characters, which
 # reorder what a terminal shows (a path holding U+202E reads backwards from there): quoted, they show as \u202e.
 _EXTRA_CONTROL = "\u2028\u2029\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
@@ -140,71 +128,13 @@ def foreign(text: str) -> str:
 
 def url(text: str, found: list[str] | None = None) -> str:
     """``text`` (a URL, a ``vault:`` location, a ``-creds`` item, a ``-proxy``) with its userinfo's password
-    replaced, however malformed.
-
-    The head is everything up to the last of a run of ``:``-ended words (a scheme, ``vault:https:``, ``u:`` of
-    ``u:pw@h``, `` u:`` or ``éu:`` with whatever comes before) and the slashes after it, or nothing.  The
-    userinfo is everything from there up to the last ``@`` before the first ``/`` (or ``\\``); when that holds
-    no ``@``, up to the last ``@`` before the query, if what precedes it holds a ``:`` (a password holding
-    ``/`` or ``\\``).  ``%40``, ``%3A``, ``%2F``, ``%5C``, ``%3F`` and ``%23`` count as the characters they
-    stand for.  A userinfo with a ``:`` keeps its user name (``u:xxxxx@h``); one without is a token
-    (``xxxxx@h``), and so is a text without a head (``TOKEN@h``).  Query values are URLs too
-    (``proxy=http%3A%2F%2Fu%3Apw%40p``), though one without a head only as ``proxy=``.  Each password hidden is
-    appended to ``found``.
-    """
+    replaced, however malformed (the rules: :func:`publish.userinfo.hidden`); each password hidden is appended
+    to ``found``."""
     if "@" not in text and "%40" not in text:
         return text  # no userinfo, not even an escaped one: nothing to hide (and no re)
-    import re
-    from urllib.parse import quote, unquote
+    from publish.userinfo import hidden
 
-    head, q, query = _one(text, found).partition("?")
-    if not q:
-        return head
-    parts = []
-    for part in re.split(r"([&;#])", query):
-        key, eq, value = part.partition("=")
-        if eq:
-            decoded = unquote(value)
-            redacted = _one(decoded, found, bare=key.strip().lower() == "proxy")
-            if redacted != decoded:
-                value = quote(redacted, safe="") if "%" in value else redacted
-        parts.append(key + eq + value)
-    return head + q + "".join(parts)
-
-
-def _one(text: str, found: list[str] | None = None, bare: bool = True) -> str:
-    """``text`` with the password of the URL it is hidden; that password is appended to ``found``.  Without
-    ``bare``, a text with no head (``a@b``, a query value) is left as it is."""
-    import re
-
-    units: str | list[str] = text  # one item a character, or a %XX escape
-    plain = text  # one character a unit: an escape as the delimiter it stands for, else "%"
-    if "%" in text:
-        units = re.findall(r"%[0-9A-Fa-f]{2}|.", text, re.S)
-        plain = "".join(_ESCAPES.get(u.lower(), "%") if len(u) == 3 else u for u in units)
-    if "@" not in plain:
-        return text
-    m = re.match(_HEAD, plain)
-    if not m and not bare:
-        return text
-    start = m.end() if m else 0
-    rest = plain[start:]
-    end = start + len(re.split(r"[/\\]", rest, maxsplit=1)[0])
-    at = plain.rfind("@", start, end)
-    if at < 0:
-        # A password holding "/" or "\\" ends the authority early, as RFC 3986 reads it: "user:pa/ss@h" is
-        # then the host "user". What comes before an "@" ahead of the query, when it holds a ":", is hidden
-        # all the same, so no reading of a malformed URL shows it.
-        end = start + len(re.split(r"[?#]", rest, maxsplit=1)[0])
-        at = plain.rfind("@", start, end)
-        if at < 0 or ":" not in plain[start:at]:
-            return text
-    # The user name ends at the first ":" written as one; an escaped one is part of a token.
-    colon = next((i for i in range(start, at) if units[i] == ":"), -1)
-    first = colon + 1 if colon >= 0 else start
-    if found is not None:
-        found.append("".join(units[first:at]))
-    return "".join(units[:first]) + PASSWORD + "".join(units[at:])
+    return hidden(text, found)
 
 
 def register_userinfo(items: list[str], sep: str, values: bool = False) -> None:
@@ -255,12 +185,9 @@ def urls_in(text: str) -> str:
     """Free text with the userinfo of every ``scheme://user:pw@`` in it replaced."""
     if "@" not in text:
         return text
-    import re
+    from publish.userinfo import hidden_in_text
 
-    def one(m: re.Match[str]) -> str:
-        return m.group(1) + _one(m.group(2) + "h")[:-1]
-
-    return re.sub(_IN_TEXT, one, text)
+    return hidden_in_text(text)
 
 
 def _is_control(c: str) -> bool:

@@ -95,7 +95,8 @@ def test_version_takes_no_argument() -> None:
 
 def test_version_imports_nothing_beyond_the_command_table() -> None:
     """`version` is what a module install and a job's first line run: it loads nothing publish.cli has not
-    but the small module that reads the build (the standard library's platform, sysconfig... stay out)."""
+    but the verbs the command answers itself and the small module that reads the build (the standard
+    library's platform, sysconfig... stay out)."""
     code = (
         "import io, sys; from publish.cli import main; before = set(sys.modules); "
         "out = io.StringIO(); code = main(['version'], {}, out, sys.stderr); "
@@ -104,7 +105,7 @@ def test_version_imports_nothing_beyond_the_command_table() -> None:
     r = subprocess.run(
         [sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
     )
-    assert (r.stdout, r.stderr) == ("0 ['publish.buildinfo']\n", "")
+    assert (r.stdout, r.stderr) == ("0 ['publish.buildinfo', 'publish.own']\n", "")
 
 
 # --- completion -----------------------------------------------------------------------------------------------

@@ -213,7 +213,7 @@ class Store(Protocol):
 
     def remove_manifests(self, dl: Deadline, names: list[str]) -> None:
         """Remove ``man/<name>`` for each name, durable before returning; a missing one is fine.  POSIX: also
-        the temporary files of writes cut off more than :data:`publish.stores.posix.TEMP_AGE` ago."""
+        the temporary files of writes cut off more than :data:`publish.stores.posix_writes.TEMP_AGE` ago."""
         ...
 
     def save_rows(self, dl: Deadline, path: str, digests: bool) -> list[tuple[str, int, str | None]]:
@@ -293,8 +293,8 @@ class Store(Protocol):
         file, folder and link below it, by a walk down from the root's descriptor that never follows a
         link (``O_NOFOLLOW``, each directory compared with its ``lstat``); a symbolic link on the path
         itself is reported in ``link``.  Something that vanishes or is swapped while the walk runs is a change
-        seen now (``math.inf``).  More than :data:`publish.files.fsops.NEWEST_ENTRIES` entries below it, more than
-        :data:`publish.files.fsops.NEWEST_DEPTH` levels, or a folder it may not read: not told (``why``).
+        seen now (``math.inf``).  More than :data:`publish.files.walks.NEWEST_ENTRIES` entries below it, more than
+        :data:`publish.files.walks.NEWEST_DEPTH` levels, or a folder it may not read: not told (``why``).
         S3: the greatest LastModified of one LIST of ``path/`` (all pages); with no object there, the object
         ``path`` itself (HEAD, its Last-Modified)."""
         ...

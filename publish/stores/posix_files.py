@@ -9,7 +9,7 @@ import stat
 
 from publish.deadline import Deadline
 from publish.errors import Failure, FileError
-from publish.files import fsops
+from publish.files import fsops, walks
 from publish.files.fileio import read_at_most
 from publish.redact import shown
 from publish.stores.base import LastChange
@@ -149,7 +149,7 @@ class PosixFiles:
 
     def newest(self, dl: Deadline, path: str) -> LastChange:
         """Walk down from the root's descriptor as remove_folder does (each element checked with ``lstat``,
-        opened with ``O_NOFOLLOW`` and compared), then through the folder with :func:`fsops.newest_tree`."""
+        opened with ``O_NOFOLLOW`` and compared), then through the folder with :func:`walks.newest_tree`."""
         parts = path.split("/")
         fds = [self._dirs.open_root()]
         rel = ""
@@ -162,17 +162,17 @@ class PosixFiles:
                 if stat.S_ISLNK(st.st_mode):
                     return LastChange(None, link=rel)
                 if not stat.S_ISDIR(st.st_mode):
-                    return LastChange(fsops.changed_at(st) if i == len(parts) - 1 else None)
-                entered = fsops.enter(fds[-1], part, st)
-                if entered == fsops.LINK:
+                    return LastChange(walks.changed_at(st) if i == len(parts) - 1 else None)
+                entered = walks.enter(fds[-1], part, st)
+                if entered == walks.LINK:
                     return LastChange(None, link=rel)
-                if entered == fsops.GONE:
+                if entered == walks.GONE:
                     return LastChange(None)
                 if isinstance(entered, str):
-                    return LastChange(fsops.CHANGING)
+                    return LastChange(walks.CHANGING)
                 fds.append(entered)
-            return LastChange(fsops.newest_tree(fds[-1]))
-        except fsops.Untold as e:
+            return LastChange(walks.newest_tree(fds[-1]))
+        except walks.Untold as e:
             return LastChange(None, why=f"its age cannot be told: {e}")
         except OSError as e:
             below = e.filename if isinstance(e.filename, str) and e.filename else ""

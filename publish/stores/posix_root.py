@@ -4,9 +4,8 @@ below it without following a link, other paths found as a framework would find t
 
 from __future__ import annotations
 
-import errno
+import _stat as stat  # stat's functions and constants themselves: stat.py is one more module to load
 import posix as os  # os's functions themselves (os.open is posix.open): importing os costs a sixth of a bare start
-import stat
 
 from publish.errors import Failure, FileError
 from publish.files import fsops
@@ -91,6 +90,8 @@ class RootDirs:
             except FileNotFoundError:
                 return None
             except OSError as e:
+                import errno  # here: a resolve that finds what it looks for needs none of it
+
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise FileError(self.full(name), e, op="open") from None
             try:
@@ -111,6 +112,8 @@ class RootDirs:
             return os.open(path, _FOLLOW_FLAGS, dir_fd=root_fd)
         top = self.open_top(root_fd, first)
         if top is None:
+            import errno
+
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", self.full(first))
         if not rest:
             return top

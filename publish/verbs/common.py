@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from publish import layout, redact, roots, stores
+from publish import redact, roots, stores
 from publish.deadline import Deadline
 from publish.errors import Failure, UsageError
 from publish.go.flags import FlagSet
@@ -17,12 +17,11 @@ from publish.redact import quoted, shown
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any, Callable
+    from typing import Any
 
-    from publish.frameworks import Framework
     from publish.go.flags import Flag, FlagError
     from publish.verbs import Say
-    from publish.verbs.metrics import Metrics
+    from publish.verbs.shared import Trap
 
 ROOT_FLAGS = "-checkpoint ROOT [-creds LIST [-proxy URL]] [-timeout 5m]"
 
@@ -42,18 +41,6 @@ class Call:
         self.say = say
         self.stop = stop  # what ends a watch or a run as SIGTERM does, or None
         self.started = time.monotonic()
-
-
-class Trap:
-    """What a verb that runs until a signal asks of the cli: ``handler(signum)`` for SIGTERM, SIGINT and
-    ``extra``, and ``stop`` (with ``close()``), handed to ``run`` as ``call.stop``."""
-
-    __slots__ = ("stop", "handler", "extra")
-
-    def __init__(self, stop: Any, handler: Callable[[int], None], extra: int | None = None) -> None:
-        self.stop = stop
-        self.handler = handler
-        self.extra = extra
 
 
 class Command:
@@ -167,19 +154,6 @@ def mirror_flag(fs: FlagSet) -> Flag[str]:
     )
 
 
-def keep_flag(fs: FlagSet) -> Flag[int | None]:
-    """-mirror-keep, for run and watch."""
-    from publish.go.gocompat import parse_decimal
-
-    return fs.custom(
-        "mirror-keep",
-        None,
-        "with -mirror: after saves are mirrored, prune the mirror to the latest `M` (default: no prune)",
-        lambda t: parse_decimal(t, minimum=1),
-        "M",
-    )
-
-
 def parse_mirror(flag: Flag[str], root: roots.Root, cwd: str) -> roots.S3Root | None:
     """The mirror -mirror names, or None when it is not given; a usage error naming -mirror for an empty
     value, a POSIX path (inside the root or not), the root itself or a prefix inside it, and an S3 root."""
@@ -206,17 +180,6 @@ def parse_mirror(flag: Flag[str], root: roots.Root, cwd: str) -> roots.S3Root | 
             raise UsageError(f"-mirror {shown(mirror.text)} is the root or lies inside it")
         raise UsageError(f"-mirror applies to a POSIX root; {shown(root.text)} is an s3:// root")
     return mirror
-
-
-def describe(e: BaseException) -> str:
-    """An error as a line that a run or a watch says and goes on."""
-    from publish.errors import PublishError
-
-    if isinstance(e, PublishError):
-        return str(e)
-    if isinstance(e, OSError):
-        return f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}"
-    return f"internal error: {type(e).__name__}: {e}"
 
 
 def usage_error(e: FlagError) -> UsageError:
@@ -249,14 +212,6 @@ def expect_args(call: Call, names: list[str], optional: int = 0) -> None:
         )
 
 
-def expect_command(call: Call) -> None:
-    """A COMMAND after ``--``, as ``publish run`` takes it."""
-    if not call.dashdash:
-        raise UsageError("COMMAND must follow --: publish run [flags] -- COMMAND [ARG...]")
-    if not call.args:
-        raise UsageError("missing COMMAND after --")
-
-
 def flag_or_env(flag: Flag[str], env: Mapping[str, str], var: str) -> str:
     """The flag's text when given, else the variable's; an explicitly empty flag is a usage error."""
     if flag.is_set:
@@ -264,159 +219,6 @@ def flag_or_env(flag: Flag[str], env: Mapping[str, str], var: str) -> str:
             raise UsageError(f"-{flag.name} is empty")
         return flag.value
     return env.get(var, "")
-
-
-def decimal(what: str) -> Callable[[str], int]:
-    """A parser for a plain decimal in [0, 10^20): epochs and steps."""
-
-    def parse(text: str) -> int:
-        from publish.go.gocompat import ParseError, parse_decimal
-
-        if text[:1] == "-":  # no sign: "-1" is malformed, not too small
-            raise ParseError()
-        try:
-            return parse_decimal(text, below=layout.LIMIT)
-        except ParseError:
-            raise
-        except ValueError:
-            raise ValueError(f"{what} must be below 10^20") from None
-
-    return parse
-
-
-def epoch_flag(fs: FlagSet, default: str) -> Flag[int | None]:
-    return fs.custom(
-        "epoch",
-        None,
-        f"the dispatch epoch `N` (env DISPATCH_EPOCH; default {default})",
-        decimal("epoch"),
-        "N",
-    )
-
-
-def epoch(flag: Flag[int | None], env: Mapping[str, str]) -> int:
-    """-epoch when given, else DISPATCH_EPOCH, else 0."""
-    if flag.value is not None:
-        return flag.value
-    text = env.get("DISPATCH_EPOCH", "")
-    if not text:
-        return 0
-    try:
-        return decimal("epoch")(text)
-    except ValueError as e:
-        from publish.go.gocompat import go_quote
-
-        raise UsageError(f"invalid value {go_quote(text)} for DISPATCH_EPOCH: {e}") from None
-
-
-def given_epoch(flag: Flag[int | None], env: Mapping[str, str]) -> int | None:
-    """The epoch -epoch or DISPATCH_EPOCH gives, else None (the verb derives one)."""
-    return epoch(flag, env) if flag.is_set or env.get("DISPATCH_EPOCH") else None
-
-
-def _framework(text: str) -> str:
-    from publish.frameworks import FRAMEWORKS  # here: a verb that takes no -framework imports none of them
-
-    if text not in FRAMEWORKS:
-        raise ValueError("must be " + ", ".join(FRAMEWORKS))
-    return text
-
-
-def framework_flag(fs: FlagSet, usage: str) -> Flag[str | None]:
-    """-framework: one of FRAMEWORKS, or None when not given."""
-    return fs.custom("framework", None, usage, _framework, "name")
-
-
-def _world_size(text: str) -> int:
-    from publish.go.gocompat import (
-        parse_decimal,  # here: a command line without numbers needs none of Go's rules
-    )
-
-    return parse_decimal(text, minimum=1, below=1 << 31)
-
-
-class SavesCommand(Command):
-    """watch and run: the saves of one framework, scanned every -interval until SIGTERM or SIGINT."""
-
-    traps = True
-    attempt_usage = ""
-    epoch_default = ""
-
-    def __init__(self) -> None:
-        super().__init__()
-        fs = self.fs
-        from publish.frameworks import LISTED  # here: a verb without -framework imports none of them
-
-        self.framework = framework_flag(fs, f"which saves to publish: {LISTED}")
-        self.interval = fs.duration("interval", 10.0, "time between scans")
-        self.world_size = fs.custom(
-            "world-size",
-            None,
-            "the ranks that write each save (env WORLD_SIZE): hf waits for every rank's rng_state_<rank>.pth",
-            _world_size,
-            "N",
-        )
-        self.metrics = fs.string(
-            "metrics",
-            "",
-            "after every scan, write Prometheus metrics to `FILE` (node_exporter's textfile collector)",
-        )
-        self.attempt = fs.string("attempt", "", self.attempt_usage)
-        self.epoch = epoch_flag(fs, self.epoch_default)
-        self.mirror = mirror_flag(fs)
-        self.mirror_keep = keep_flag(fs)
-
-    def world_size_of(self, call: Call) -> int:
-        """-world-size, else WORLD_SIZE (as torchrun sets it), else 0: not known."""
-        if self.world_size.value is not None:
-            return self.world_size.value
-        text = call.env.get("WORLD_SIZE", "")
-        if not text:
-            return 0
-        try:
-            return _world_size(text)
-        except ValueError as e:
-            from publish.go.gocompat import go_quote
-
-            raise UsageError(f"invalid value {go_quote(text)} for WORLD_SIZE: {e}") from None
-
-    def metrics_for(self, call: Call, root: roots.Root) -> Metrics | None:
-        """The metrics -metrics asks for (its file made absolute against the working directory), or None."""
-        if not self.metrics.is_set:
-            return None
-        if not self.metrics.value:
-            raise UsageError("-metrics is empty")
-        from publish.verbs.metrics import Metrics
-
-        path = roots.clean_posix(self.metrics.value, call.cwd)
-        return Metrics(path, root.text)
-
-    def chosen(self) -> Framework:
-        """The -framework given; it is required."""
-        from publish.frameworks import FRAMEWORKS, LISTED
-
-        if self.framework.value is None:
-            raise UsageError(f"-framework is required: {LISTED}")
-
-        return FRAMEWORKS[self.framework.value]
-
-
-def parse_signal(text: str) -> int:
-    """``USR1``, ``SIGUSR1`` or ``10``: a signal a handler can catch, other than SIGCHLD."""
-    import signal
-
-    name = text.upper()
-    try:
-        sig = (
-            signal.Signals(int(name))
-            if name.isdigit()
-            else signal.Signals[name if name[:3] == "SIG" else "SIG" + name]
-        )
-    except (KeyError, ValueError):
-        raise ValueError("not a signal name") from None
-    if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
-        raise ValueError(f"{sig.name} cannot be caught and passed on")
-    return int(sig)
 
 
 def check_attempt(attempt: str) -> str:

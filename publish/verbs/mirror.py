@@ -22,7 +22,7 @@ from publish.layout import EXEC, MAN, PUB
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.threads import Flag, Worker
-from publish.verbs import Say, common
+from publish.verbs import Say, common, shared
 from publish.verbs.orphans import AGE
 
 #: An upload is given -timeout, and a second more for each MiB of the save (a slower one is cut off and
@@ -217,10 +217,8 @@ class Uploader:
                     self.left = len(self.tiers.pending(self.final or Deadline(self.tiers.timeout)))
                 last = ""
             except Exception as e:
-                from publish.verbs.common import describe
-
                 self.tiers.failed = True
-                text = describe(e)
+                text = shared.describe(e)
                 if text != last:
                     again = "the next run or watch tries again" if final else "tried again every -interval"
                     self.tiers.say.warn(f"mirror: {text} ({again})")
@@ -250,7 +248,7 @@ class Uploader:
 
 
 def open_tiers(
-    cmd: common.SavesCommand, call: common.Call, root: roots.Root, fast: Store, stale: float | None = None
+    cmd: shared.SavesCommand, call: common.Call, root: roots.Root, fast: Store, stale: float | None = None
 ) -> Tiers | None:
     """The tiers -mirror asks for of a watch or a run (None: not given), the mirror's store opened with
     -creds and -proxy; -mirror-keep alone is a usage error.  ``stale``: -orphans-age when given."""

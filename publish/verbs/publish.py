@@ -7,7 +7,7 @@ from publish.deadline import Deadline
 from publish.errors import Failure, UsageError
 from publish.redact import quoted, shown
 from publish.stores.base import Store
-from publish.verbs import Say, common
+from publish.verbs import Say, common, shared
 
 
 def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, path: str) -> bool:
@@ -95,14 +95,14 @@ class Publish(common.Command):
 
     def __init__(self) -> None:
         super().__init__()
-        self.epoch = common.epoch_flag(self.fs, "0")
+        self.epoch = shared.epoch_flag(self.fs, "0")
 
     def run(self, call: common.Call) -> int:
         common.expect_args(call, ["SAVE", "STEP"])
         root = self.root(call)
-        epoch = common.epoch(self.epoch, call.env)
+        epoch = shared.epoch(self.epoch, call.env)
         try:
-            step = common.decimal("STEP")(call.args[1])
+            step = shared.decimal("STEP")(call.args[1])
         except ValueError as e:
             raise UsageError(f"invalid STEP {quoted(call.args[1])}: {e}") from None
         path = roots.below(root, call.args[0], call.cwd, "SAVE")  # before any credential source is tried

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from publish import layout
 from publish.errors import Failure, UsageError
-from publish.layout import EXEC, MAN, PUB
+from publish.layout import EXEC, PUB
 from publish.redact import shown
 from publish.roots import S3Root
 from publish.verbs import Say, common
@@ -30,20 +30,6 @@ def newest_first(names: list[str], where: str) -> Iterator[layout.Entry]:
         yield layout.parse(name)
 
 
-def unpublished_saves(dl: Deadline, store: Store) -> int:
-    """How many folders (and files: Lightning's ``.ckpt``) under exec/<attempt>/ look like saves of any
-    framework."""
-    from publish.frameworks import FRAMEWORKS  # only when pub/ is empty: a resolve that answers imports none
-
-    count = 0
-    for attempt in store.list_folders(dl, EXEC, []):
-        folders, files = store.children(dl, f"{EXEC}/{attempt}")
-        for kind, names in (("folders", folders), ("files", files)):
-            rules = [fw for fw in FRAMEWORKS.values() if fw.kind == kind]
-            count += sum(1 for child in names if any(fw.step(child) is not None for fw in rules))
-    return count
-
-
 def newest_save(dl: Deadline, store: Store, say: Say, verify: str = "") -> layout.Entry | None:
     """The newest entry whose save exists (and with ``verify``, ``sizes`` or ``deep``, matches its
     manifest), passing over (on stderr) the others; None when pub/ is empty.  Entries but no such save is
@@ -57,8 +43,13 @@ def newest_save(dl: Deadline, store: Store, say: Say, verify: str = "") -> layou
             say.warn(
                 f"{shown(where + '/' + entry.name)} names {shown(store.location(entry.path))}, which does not exist: passed over"
             )
-        elif not verify or verified(dl, store, say, entry, verify == DEEP):
+        elif not verify:
             return entry
+        else:
+            from publish.verbs.resolve_checks import verified  # -verify's alone
+
+            if verified(dl, store, say, entry, verify == DEEP):
+                return entry
     if names:
         also = " and matches its manifest" if verify else ""
         raise Failure(f"{shown(where)}: none of its {len(names)} entries names a save that exists{also}")
@@ -81,33 +72,6 @@ def verify_value(text: str) -> str:
         raise ValueError("must be true, false or deep") from None
 
 
-def verified(dl: Deadline, store: Store, say: Say, entry: layout.Entry, deep: bool) -> bool:
-    """True when the save of ``entry`` matches its manifest (``deep``: the digests too), or when the entry
-    has none (said on stderr: roots written before manifests keep working).  Else False, said on stderr
-    with the first bad file, or the manifest, and why.  A fault of the store itself is raised."""
-    from publish import manifest
-    from publish.errors import FileError, StoreError
-
-    loc = shown(store.location(f"{PUB}/{entry.name}"))
-    man = store.location(f"{MAN}/{entry.name}")
-    try:
-        data = store.read_manifest(dl, entry.name, manifest.MANIFEST_LIMIT)
-        if data is None:
-            say.warn(f"resolve: {loc} has no manifest ({shown(man)}): not verified")
-            return True
-        rows = manifest.decode(entry.name, data, man)
-    except Failure as e:
-        if isinstance(e, StoreError) and not isinstance(e, FileError) and e.limit is None:
-            raise  # the store failing says nothing about this entry
-        say.warn(f"resolve: passing over {loc}: {e}")
-        return False
-    bad = store.check_rows(dl, entry.path, rows, deep)
-    if bad is None:
-        return True
-    say.warn(f"resolve: passing over {loc}: {shown(bad[0])}: {bad[1]}")
-    return False
-
-
 def resolve(dl: Deadline, store: Store, say: Say, verify: str = "") -> layout.Entry | None:
     """Print the newest entry's save that exists (newest_save; with ``verify``, that matches its manifest),
     and return its entry.
@@ -120,6 +84,8 @@ def resolve(dl: Deadline, store: Store, say: Say, verify: str = "") -> layout.En
         return entry
     store.check_exists(dl)  # S3: a prefix holding nothing at all is a typo, not a new run
     if store.cheap_listing:
+        from publish.verbs.resolve_checks import unpublished_saves  # only when pub/ is empty
+
         try:
             n = unpublished_saves(dl, store)
         except (Failure, OSError) as e:  # advice only: it never changes the answer or the exit code

@@ -17,12 +17,12 @@ from publish.layout import EXEC
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.threads import Flag, Worker
-from publish.verbs import Say, child, common
-from publish.verbs.common import describe
+from publish.verbs import Say, child, common, shared
 from publish.verbs.idle import Budget
 from publish.verbs.mirror import open_tiers
 from publish.verbs.prune import Policy, orphan_flags, orphans_of, policy_flags, policy_of
 from publish.verbs.resolve import resolve, resolve_tiers
+from publish.verbs.shared import describe
 from publish.verbs.slurm import LIVE, Batch, signame
 from publish.verbs.watch import SignalStop, Watcher, _bounded
 
@@ -406,7 +406,7 @@ def _may_requeue(budget: Budget | None, say: Say, job: str) -> tuple[bool, bool]
         return True, True
 
 
-class Run(common.SavesCommand):
+class Run(shared.SavesCommand):
     name = "run"
     synopsis = (
         f"publish run {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
@@ -426,24 +426,24 @@ class Run(common.SavesCommand):
         resume = "when there is a save, append `FLAG` and its location to COMMAND"
         self.resume_arg = fs.string("resume-arg", "", resume)
         sig = "a `SIG` passed on as SIGTERM and SIGINT are (e.g. USR1)"
-        self.signal = fs.custom("signal", None, sig, common.parse_signal, "SIG")
+        self.signal = fs.custom("signal", None, sig, shared.parse_signal, "SIG")
         requeue = "Slurm only: after a stop by a signal, ask Slurm to run the job again"
         self.requeue = fs.boolean("requeue", False, requeue)
         idle = "with -requeue: after `K` dispatches in a row were requeued without publishing, do not requeue"
         self.max_idle = fs.custom("max-idle-requeues", 3, idle, lambda t: parse_decimal(t, minimum=0), "K")
 
-    def trap(self) -> common.Trap:
+    def trap(self) -> shared.Trap:
         signals = Signals()
-        return common.Trap(signals, signals.note, self.signal.value)
+        return shared.Trap(signals, signals.note, self.signal.value)
 
     def run(self, call: common.Call) -> int:
-        common.expect_command(call)
+        shared.expect_command(call)
         root = self.root(call)
         framework = self.chosen()
         if self.resume_arg.is_set and not self.resume_arg.value:
             raise UsageError("-resume-arg is empty")
         attempt = common.flag_or_env(self.attempt, call.env, "DISPATCH_ATTEMPT")
-        attempt, epoch = attempt_and_epoch(attempt, common.given_epoch(self.epoch, call.env), call.env)
+        attempt, epoch = attempt_and_epoch(attempt, shared.given_epoch(self.epoch, call.env), call.env)
         common.check_attempt(attempt)
         timeout = self.timeout.value
         batch = Batch(call.env, timeout) if call.env.get("SLURM_JOB_ID") else None

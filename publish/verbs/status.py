@@ -13,7 +13,7 @@ from publish.frameworks import FRAMEWORKS, LISTED
 from publish.layout import EXEC, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
-from publish.verbs import Say, common
+from publish.verbs import Say, common, shared
 from publish.verbs.prune import (
     Policy,
     Schedule,
@@ -366,11 +366,11 @@ class Status(common.Command):
         )
         self.json = self.fs.boolean("json", False, "print one JSON document (version 1) instead of text")
         self.keep_every, self.keep_within = policy_flags(self.fs)
-        self.framework = common.framework_flag(self.fs, f"only this framework's verdicts: {LISTED}")
+        self.framework = shared.framework_flag(self.fs, f"only this framework's verdicts: {LISTED}")
         self.orphans, self.orphans_age = orphan_flags(self.fs)
         self.attempt = attempt_flag(self.fs)
         self.mirror = common.mirror_flag(self.fs)
-        self.mirror_keep = common.keep_flag(self.fs)
+        self.mirror_keep = shared.keep_flag(self.fs)
 
     def run(self, call: common.Call) -> int:
         common.expect_args(call, [])

@@ -12,7 +12,7 @@ from publish.layout import EXEC, MAN, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.threads import Flag, Worker
-from publish.verbs import Say, common
+from publish.verbs import Say, common, shared
 from publish.verbs.mirror import open_tiers
 from publish.verbs.publish import DOOMED, doomed_folders, publish_entry
 
@@ -247,7 +247,7 @@ def watch(
     return uploader.finish(timeout) and not uploader.fault
 
 
-class Watch(common.SavesCommand):
+class Watch(shared.SavesCommand):
     name = "watch"
     synopsis = (
         f"publish watch {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
@@ -257,14 +257,14 @@ class Watch(common.SavesCommand):
     attempt_usage = "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)"
     epoch_default = "0"
 
-    def trap(self) -> common.Trap:
+    def trap(self) -> shared.Trap:
         stop = SignalStop()
-        return common.Trap(stop, lambda signum: stop.set())
+        return shared.Trap(stop, lambda signum: stop.set())
 
     def run(self, call: common.Call) -> int:
         common.expect_args(call, ["SAVES"], optional=1)
         root = self.root(call)
-        epoch = common.epoch(self.epoch, call.env)
+        epoch = shared.epoch(self.epoch, call.env)
         framework = self.chosen()
         if call.args:
             saves = roots.below(root, call.args[0], call.cwd, "SAVES")

@@ -278,7 +278,7 @@ def test_write_manifest_fsyncs_the_file_and_man_and_leaves_no_temporary_file(
 def test_a_write_cut_off_leaves_its_temporary_file_which_a_later_removal_cleans(
     store: PosixStore, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from publish.stores import posix
+    from publish.stores import posix_writes
 
     (root / "man").mkdir()
     old = root / "man" / ".tmp-0123456789abcdef"
@@ -287,7 +287,9 @@ def test_a_write_cut_off_leaves_its_temporary_file_which_a_later_removal_cleans(
     young.write_bytes(b"being written")
     import time
 
-    now = time.time() + posix.TEMP_AGE + 120  # a ctime cannot be set back: the clock is moved on instead
+    now = (
+        time.time() + posix_writes.TEMP_AGE + 120
+    )  # a ctime cannot be set back: the clock is moved on instead
     os.utime(young, (now - 20, now - 20))
     monkeypatch.setattr(time, "time", lambda: now)
     assert store.list_manifests(UNBOUNDED) == []  # temporary files are no manifests

@@ -16,7 +16,7 @@ import pytest
 
 from publish import layout, timestamps
 from publish.deadline import UNBOUNDED
-from publish.files import fsops
+from publish.files import fsops, walks
 from publish.redact import shown
 from publish.stores.posix import PosixStore
 from publish.verbs import Say
@@ -202,11 +202,11 @@ def test_a_link_inside_a_leftover_is_removed_never_followed(tmp_path: Path) -> N
 
 def test_a_leftover_too_deep_to_tell_its_age_is_left_in_place_with_why(tmp_path: Path) -> None:
     root = posix_root(tmp_path)
-    deep = root / "exec" / "Z" / "/".join(["d"] * (fsops.NEWEST_DEPTH + 1))
+    deep = root / "exec" / "Z" / "/".join(["d"] * (walks.NEWEST_DEPTH + 1))
     deep.mkdir(parents=True)
     time.sleep(WAIT)
     args = prune_args(root, "-orphans", "-orphans-age", AGE, "-attempt", "C")
-    why = f"its age cannot be told: more than {fsops.NEWEST_DEPTH} levels of folders below it"
+    why = f"its age cannot be told: more than {walks.NEWEST_DEPTH} levels of folders below it"
     dry = run_cli(*args, "-dry-run")
     assert dry.err == f"publish: prune: would leave {root}/exec/Z in place: {why}\n", dry
     r = run_cli(*args)
@@ -220,14 +220,14 @@ def test_a_leftover_that_cannot_be_examined_or_read_is_left_in_place_with_why(
     root = posix_root(tmp_path)
     (root / "exec" / "X").symlink_to("X")  # a link loop: list_folders cannot tell what it is
     time.sleep(WAIT)
-    real = fsops.newest_tree
+    real = walks.newest_tree
 
     def refused(fd: int, *a: Any) -> float:  # the tests run as root, whom no mode stops
         if os.readlink(f"/proc/self/fd/{fd}").endswith("/exec/B"):
             raise PermissionError(13, "Permission denied", "tmp/x")
         return real(fd, *a)
 
-    monkeypatch.setattr(fsops, "newest_tree", refused)
+    monkeypatch.setattr(walks, "newest_tree", refused)
     monkeypatch.delenv("PUBLISH_BIN", raising=False)  # the refusal is planted in this process: run it here
     r = run_cli(*prune_args(root, "-orphans", "-orphans-age", AGE, "-attempt", "C"))
     assert r.code == 0, r
@@ -250,16 +250,16 @@ def test_newest_tree_counts_every_entry_never_follows_a_link_and_is_bounded(
     (top / "a" / "link").symlink_to("/")
     fd = os.open(top, fsops.DIR_FLAGS)
     try:
-        newest = max(fsops.changed_at(os.lstat(p)) for p in [top, *top.rglob("*")])
-        assert fsops.newest_tree(fd) == newest
-        with pytest.raises(fsops.Untold, match="more than 4 files and folders below it"):
-            fsops.newest_tree(fd, entries=4)
-        assert fsops.newest_tree(fd, entries=6) == newest
-        with pytest.raises(fsops.Untold, match="more than 2 levels"):
-            fsops.newest_tree(fd, depth=2)
+        newest = max(walks.changed_at(os.lstat(p)) for p in [top, *top.rglob("*")])
+        assert walks.newest_tree(fd) == newest
+        with pytest.raises(walks.Untold, match="more than 4 files and folders below it"):
+            walks.newest_tree(fd, entries=4)
+        assert walks.newest_tree(fd, entries=6) == newest
+        with pytest.raises(walks.Untold, match="more than 2 levels"):
+            walks.newest_tree(fd, depth=2)
         # A folder that vanishes or is swapped while the walk runs: the tree is changing now.
-        monkeypatch.setattr(fsops, "enter", lambda *a: fsops.GONE)
-        assert fsops.newest_tree(fd) == fsops.CHANGING
+        monkeypatch.setattr(walks, "enter", lambda *a: walks.GONE)
+        assert walks.newest_tree(fd) == walks.CHANGING
     finally:
         os.close(fd)
 
