@@ -450,17 +450,16 @@ def upload_save(
     run = _Run(dl, src, dst, save, files)
     run.save_fd = save_fd
     threads: list[threading.Thread] = []
+    tag = f"publish-upload-{id(run):x}"  # this upload's workers, by name
     try:
         if expect is not None:
             run.expect = _expected(run, expect)
         count, buffer = plan([f.size for f in files], jobs, part)
         clients = [dst.client.fork() for _ in range(count)]
         for client in clients:
-            t = threading.Thread(
-                target=_worker, args=(run, client, buffer), name="publish-upload", daemon=True
-            )
-            t.start()
+            t = threading.Thread(target=_worker, args=(run, client, buffer), name=tag, daemon=True)
             threads.append(t)
+            t.start()
         for t in threads:
             while t.is_alive():  # a join with a timeout: a signal's handler runs within 0.2 s
                 t.join(0.2)
@@ -470,8 +469,7 @@ def upload_save(
         run.fail(UploadError(shown(src.location(save)), "interrupted"))
         raise
     finally:
-        for t in threads:
-            t.join()
+        _join_all(tag)
         for f in files:
             if f.fd >= 0:
                 os.close(f.fd)
@@ -483,6 +481,25 @@ def upload_save(
     if run.failure is not None:
         raise run.failure
     return [(f.path, f.size, f.digest) for f in files]
+
+
+def _join_all(tag: str) -> None:
+    """Wait for every worker named ``tag``, also one whose start a signal's exception cut short: such a
+    thread is listed by threading.enumerate from the moment its start begins, and, as the run has failed,
+    ends after the part it holds.  Bounded: a thread that never comes to run is waited for 10 s at most."""
+    import threading
+    import time
+
+    end = time.monotonic() + 10.0
+    while time.monotonic() < end:
+        mine = [t for t in threading.enumerate() if t.name == tag]
+        if not mine:
+            return
+        for t in mine:
+            if t.is_alive():
+                t.join()
+            else:
+                time.sleep(0.001)  # its start has begun, its thread not yet run
 
 
 def _expected(run: _Run, expect: Sequence[tuple[str, int, str | None]]) -> dict[str, tuple[int, str | None]]:
