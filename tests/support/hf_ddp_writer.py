@@ -56,6 +56,13 @@ def main() -> None:
     )
     SlowRank.slow = slow
     SlowRank(model=Tiny(), args=args, train_dataset=Data()).train()
+    # The process group is ended before the interpreter is: left to the interpreter's exit, gloo's threads
+    # are torn down joinable, and a rank can abort ("terminate called without an active exception").
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
