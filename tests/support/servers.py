@@ -35,7 +35,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -55,8 +55,8 @@ class S3Server:
 
     name: str
     endpoint: str
-    access_key: str
-    secret_key: str
+    access_key: str = field(repr=False)  # a failure's traceback shows the fixture: never its keys
+    secret_key: str = field(repr=False)
     region: str = REGION
 
     def client(self, access_key: str | None = None, secret_key: str | None = None, **kw: Any) -> Any:

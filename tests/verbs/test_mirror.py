@@ -437,10 +437,15 @@ def test_stale_multipart_uploads_of_the_mirror_are_aborted(weed: Any, tmp_path: 
 
 
 def _children(pid: int) -> list[int]:
+    """The child processes of every thread of pid; a thread that ends while we look (an upload worker) is
+    passed over."""
     found = []
     for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            found += [int(p) for p in f.read().split()]
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(p) for p in f.read().split()]
+        except FileNotFoundError:
+            continue
     return found
 
 
