@@ -145,7 +145,7 @@ class Command:
 
 
 def mirror_flag(fs: FlagSet) -> Flag[str]:
-    """-mirror, for run, watch, resolve and status."""
+    """-mirror, for run, watch, resolve, status and prune."""
     return fs.string(
         "mirror",
         "",

@@ -24,6 +24,7 @@ from publish.stores.base import Store
 from publish.threads import Flag, Worker
 from publish.verbs import Say, common, shared
 from publish.verbs.orphans import AGE
+from publish.verbs.pending import pending_names, pending_of
 
 #: An upload is given -timeout, and a second more for each MiB of the save (a slower one is cut off and
 #: redone by the next pass).
@@ -59,18 +60,9 @@ class Tiers:
     # -- what is pending
 
     def pending_of(self, entries: list[layout.Entry], on_mirror: list[str]) -> list[layout.Entry]:
-        """The entries of ``entries`` (the fast root's) not in ``on_mirror`` (the mirror's entry names),
-        newest first; with -mirror-keep M only those among the newest M of both tiers."""
-        have = set(on_mirror)
-        todo = sorted((e for e in entries if e.name not in have), key=layout.Entry.key, reverse=True)
-        if self.keep is None or not todo:
-            return todo
-        mirrored = layout.parse_all(on_mirror, self.mirror.location(PUB))
-        keys = sorted({(e.epoch, e.step, e.name) for e in entries + mirrored}, reverse=True)
-        if len(keys) <= self.keep:
-            return todo
-        floor = keys[self.keep - 1]
-        return [e for e in todo if e.key() >= floor]
+        """The pending ones of ``entries`` (the fast root's), given the mirror's entry names, newest first
+        (publish.verbs.pending)."""
+        return pending_of(entries, on_mirror, self.mirror, self.keep)
 
     def pending(self, dl: Deadline) -> list[layout.Entry]:
         """The pending entries, newest first: pub/ of the fast root, then of the mirror."""
@@ -79,10 +71,9 @@ class Tiers:
 
     def protected(self, dl: Deadline, entries: list[layout.Entry]) -> set[str]:
         """The names of ``entries`` (the fast root's, as its prune read them) that its prune must keep: the
-        pending ones and those being uploaded.  The mirror's pub/ is read after the fast root's, so an entry
-        mirrored meanwhile is kept this once, never the other way round."""
+        pending ones (the mirror's pub/ read after the root's) and those being uploaded."""
         busy = set(self.busy)
-        return {e.name for e in self.pending_of(entries, self.mirror.list_entries(dl))} | busy
+        return pending_names(dl, entries, self.mirror, self.keep) | busy
 
     # -- moving saves
 

@@ -16,7 +16,7 @@ from publish.errors import UsageError
 from publish.layout import MAN, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
-from publish.verbs import Say, common
+from publish.verbs import Say, common, shared
 from publish.verbs.orphans import AGE, Orphans
 
 TYPE_CHECKING = False
@@ -341,7 +341,7 @@ class Prune(common.Command):
     name = "prune"
     synopsis = (
         f"publish prune {common.ROOT_FLAGS} [-keep 3] [-keep-every K] [-keep-within D] "
-        "[-orphans [-orphans-age 1h] [-attempt A]] [-dry-run]"
+        "[-orphans [-orphans-age 1h] [-attempt A]] [-mirror URL [-mirror-keep M]] [-dry-run]"
     )
     summary = "remove all but the latest publications and the folders only they named"
 
@@ -356,14 +356,32 @@ class Prune(common.Command):
         self.keep_every, self.keep_within = policy_flags(self.fs)
         self.orphans, self.orphans_age = orphan_flags(self.fs)
         self.attempt = attempt_flag(self.fs)
+        self.mirror = common.mirror_flag(self.fs)
+        self.mirror_keep = shared.keep_flag(self.fs)
 
     def run(self, call: common.Call) -> int:
         common.expect_args(call, [])
         orphans = given_orphans(self.orphans, self.orphans_age, self.attempt, call.env)
-        store = self.open(call, self.root(call)).store
+        root = self.root(call)
+        mirror_root = self.mirror_root(call, root)
+        if mirror_root is None and self.mirror_keep.is_set:
+            raise UsageError("-mirror-keep applies to -mirror: give -mirror")
+        store = self.open(call, root).store
         policy = policy_of(self.keep.value, self.keep_every, self.keep_within)
         policy.orphans = orphans
-        prune(self.deadline(call), store, call.say, policy, dry_run=self.dry_run.value)
+        dl = self.deadline(call)
+        if mirror_root is None:
+            prune(dl, store, call.say, policy, dry_run=self.dry_run.value)
+            return 0
+        from publish.verbs.pending import pending_names
+
+        mirror = self.open_mirror(call, mirror_root).store
+        mirror_keep = self.mirror_keep.value
+        # As run -keep: a save not yet on the mirror stays (the mirror's pub/ read after the root's).
+        policy.protect = lambda dl, entries: pending_names(dl, entries, mirror, mirror_keep)
+        prune(dl, store, call.say, policy, dry_run=self.dry_run.value)
+        if mirror_keep is not None:
+            prune(dl, mirror, call.say, mirror_keep, dry_run=self.dry_run.value)
         return 0
 
 

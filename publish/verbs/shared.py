@@ -113,7 +113,7 @@ def framework_flag(fs: FlagSet, usage: str) -> Flag[str | None]:
 
 
 def keep_flag(fs: FlagSet) -> Flag[int | None]:
-    """-mirror-keep, for run and watch."""
+    """-mirror-keep, for run, watch, prune and status."""
     from publish.go.gocompat import parse_decimal
 
     return fs.custom(

@@ -93,6 +93,9 @@ def test_usage_errors_name_the_flag(tmp_path: Path) -> None:
     fast = str(tmp_path)
     cases = [
         (["run", "-checkpoint", fast, "-framework", "hf", "-mirror-keep", "2", "--", "true"], "-mirror-keep"),
+        (["prune", "-checkpoint", fast, "-mirror-keep", "2"], "-mirror-keep"),
+        (["prune", "-checkpoint", fast, "-mirror", fast + "/m"], "-mirror"),
+        (["prune", "-checkpoint", fast, "-mirror", "s3://bucket/p"], "-creds"),
         (
             ["watch", "-checkpoint", fast, "-framework", "hf", "-attempt", "a", "-mirror-keep", "2"],
             "-mirror-keep",
@@ -132,6 +135,7 @@ def test_flags_are_in_synopses_help_and_completion() -> None:
         ("watch", ["-mirror", "-mirror-keep"]),
         ("resolve", ["-mirror"]),
         ("status", ["-mirror"]),
+        ("prune", ["-mirror", "-mirror-keep"]),
     ):
         r = run_cli("help", verb)
         assert r.code == 0
@@ -309,6 +313,52 @@ def test_without_mirror_the_same_prune_removes_them(weed: Any, tmp_path: Path) -
     )  # fmt: skip
     assert r.code == 0, r.err
     assert len(t.fast_entries()) == 1
+
+
+def test_prune_mirror_keeps_what_is_not_mirrored(weed: Any, tmp_path: Path) -> None:
+    """publish prune -mirror: the fast root's prune keeps every save the mirror has no entry for (as run -keep
+    does), -dry-run says so and removes nothing, and the same prune without -mirror removes them."""
+    t = Tiers(weed, tmp_path)
+    for step in (1, 2):
+        t.save(step)
+    code, err, _ = t.watch_once()  # 1 and 2 mirrored
+    assert code == 0, err
+    for step in (3, 4, 5):  # published on the fast root only, as a run cut off before its uploads leaves them
+        r = run_cli("publish", "-checkpoint", str(t.fast), "-epoch", "0", str(t.save(step)), str(step))
+        assert r.code == 0, r.err
+    r = run_cli("prune", *t.flags("-keep", "1", "-dry-run"))
+    assert r.code == 0, r.err
+    assert [line.split("/")[-1] for line in r.out.splitlines()] == ["checkpoint-1", "checkpoint-2"], r.out
+    assert len(t.fast_entries()) == 5
+    r = run_cli("prune", *t.flags("-keep", "1"))
+    assert r.code == 0, r.err
+    assert [layout.parse(e).step for e in t.fast_entries()] == [3, 4, 5]  # pending: kept
+    assert not (t.saves / "checkpoint-1").exists() and (t.saves / "checkpoint-3").is_dir()
+    assert [layout.parse(e).step for e in t.mirror.entries()] == [1, 2]  # the mirror untouched
+    r = run_cli("prune", "-checkpoint", str(t.fast), "-keep", "1")
+    assert r.code == 0, r.err
+    assert [layout.parse(e).step for e in t.fast_entries()] == [5]  # the counterpart
+
+
+def test_prune_mirror_keep_prunes_the_mirror_too(s3_server: Any, tmp_path: Path) -> None:
+    """publish prune -mirror -mirror-keep M: the mirror pruned to its latest M, through its tombstones; a
+    save older than the mirror's latest M is no longer pending, so -keep removes it from the root."""
+    t = Tiers(s3_server, tmp_path)
+    for step in (1, 2, 3):
+        t.save(step)
+    code, err, _ = t.watch_once()
+    assert code == 0, err
+    r = run_cli("publish", "-checkpoint", str(t.fast), "-epoch", "0", str(t.save(4)), "4")
+    assert r.code == 0, r.err
+    r = run_cli("prune", *t.flags("-keep", "1", "-mirror-keep", "2", "-dry-run"))
+    assert r.code == 0, r.err
+    assert len(t.mirror.entries()) == 3 and len(t.fast_entries()) == 4
+    assert sum(f"{t.mirror.url}/exec/a/checkpoint-" in line for line in r.out.splitlines()) == 1, r.out
+    r = run_cli("prune", *t.flags("-keep", "1", "-mirror-keep", "2"))
+    assert r.code == 0, r.err
+    assert [layout.parse(e).step for e in t.mirror.entries()] == [2, 3]
+    assert not t.mirror.keys("exec/a/checkpoint-1/") and not t.mirror.keys("tomb/")
+    assert [layout.parse(e).step for e in t.fast_entries()] == [4]  # 4 is pending, yet the newest: kept
 
 
 def test_mirror_keep_prunes_the_mirror_only(s3_server: Any, tmp_path: Path) -> None:
