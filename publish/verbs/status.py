@@ -37,9 +37,12 @@ VERSION = 1
 
 
 def _check(dl: Deadline, store: Store, framework: str, path: str, step: int) -> tuple[str, str]:
-    """A framework's verdict on the save at ``path``: complete, incomplete or faulty (with the message)."""
+    """A framework's verdict on the save at ``path``: complete, incomplete or faulty (with the message).  An
+    incomplete one carries the check's note when it said why watch never publishes it (a DeepSpeed archive
+    the reader refuses, a DCP save with per-rank metadata only)."""
+    notes: list[str] = []
     try:
-        whole = FRAMEWORKS[framework].complete(dl, store, path, step)
+        whole = FRAMEWORKS[framework].complete(dl, store, path, step, notes.append)
     except FileError as e:
         if not e.unexaminable:
             raise  # a disk I/O error is the store failing, as on S3
@@ -48,7 +51,9 @@ def _check(dl: Deadline, store: Store, framework: str, path: str, step: int) -> 
         raise  # the store failing (a refusal, the -timeout passed) is not the save's fault: fail as resolve does
     except (Failure, OSError) as e:
         return "faulty", str(e)
-    return ("complete" if whole else "incomplete"), ""
+    if whole:
+        return "complete", ""
+    return "incomplete", notes[0] if notes else ""
 
 
 #: When more than one framework's naming rule matches a save, the order their verdicts are taken in: the first

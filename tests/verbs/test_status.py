@@ -308,3 +308,39 @@ def test_an_attempt_that_cannot_be_read_is_reported(tmp_path: Path, monkeypatch:
     assert r.code == 0
     at = r.lines.index("attempts under exec/ that could not be read:")
     assert r.lines[at + 1] == f"  {message}"
+
+
+def test_an_incomplete_save_that_watch_never_publishes_says_why(tmp_path: Path) -> None:
+    """A DeepSpeed save whose model states the reader refuses, and a DCP save with per-rank metadata only:
+    incomplete, with the message watch prints for them (an unfinished save's message stays empty)."""
+    from tests.support import deepspeed_saves as ds
+
+    root = tmp_path / "root"
+    saves = root / "exec" / "A"
+    ds.write_save(saves, 1)
+    ds.write_save(saves, 2)
+    bad = saves / "global_step1" / ds.model_states(0)
+    bad.write_bytes(
+        ds.archive("mp_rank_00_model_states", ds.dumps({"dp_world_size": 2, "mp_world_size": "2"}))
+    )
+    (saves / "step-5").mkdir()
+    (saves / "step-5" / "__0.metadata").write_bytes(b"x")
+    (saves / "step-5" / "__0_0.distcp").write_bytes(b"x")
+    (saves / "step-6").mkdir()  # being written
+    (saves / "step-6" / "__0_0.distcp").write_bytes(b"x")
+    d = doc(run_cli("status", "-checkpoint", str(root), "-json"))
+    verdicts = {s["path"]: (s["framework"], s["state"], s["message"]) for s in d["saves"]}
+    assert verdicts["exec/A/global_step2"] == ("deepspeed", "complete", "")
+    framework, state, message = verdicts["exec/A/global_step1"]
+    assert (framework, state) == ("deepspeed", "incomplete")
+    assert message.startswith(f"{bad}: its mp_world_size (of type str) is not a world size"), message
+    assert message.endswith(
+        "the save is not published (publish it with `publish publish` once you know it is whole)"
+    )
+    framework, state, message = verdicts["exec/A/step-5"]
+    assert (framework, state) == ("dcp", "incomplete") and "use_collectives=False" in message, message
+    assert verdicts["exec/A/step-6"] == ("dcp", "incomplete", "")
+    text = run_cli("status", "-checkpoint", str(root)).lines
+    assert any(
+        line.startswith(f"  incomplete {saves}/global_step1 (deepspeed, step 1): {bad}: ") for line in text
+    ), text
