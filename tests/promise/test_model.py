@@ -10,7 +10,9 @@ Steps: a trainer writes a save (whole, its trainer_state.json cut off, or withou
 scan (or runs as a process and is stopped with SIGTERM); ``publish publish`` of a save, a missing folder, or a
 reserved path; prune, and a prune cut short that a later prune finishes; ``publish init``; a neighbour plants
 a bad name in pub/ or tomb/, and an operator removes them; a link loop among the saves (POSIX); an operator
-deletes a published save; the credentials change to ones that overlap the data (S3).
+deletes a published save; a byte of a published save flips; the credentials change to ones that overlap the
+data (S3).  After every step, ``resolve -verify=deep`` answers with the newest save that matches the manifest
+written when it was published (every entry has one).
 
 The examples and steps per run are the hypothesis profile ``model-ci`` (registered in tests/conftest.py) or,
 with ``--hypothesis-profile=model-long``, that longer one.
@@ -89,6 +91,8 @@ class RootModel(RuleBasedStateMachine):
         self.deleted: set[str] = set()  # saves an operator deleted while published
         self.loops: set[str] = set()
         self.hand_unwhole: set[str] = set()  # entries published by hand while their save was not whole
+        self.manifests: dict[str, dict[str, bytes]] = {}  # entry: the save's files when it was published
+        self.rotted: set[str] = set()  # published saves a byte of which flipped since (bit rot, a bad disk)
 
     @property
     def root_exists(self) -> bool:
@@ -212,6 +216,7 @@ class RootModel(RuleBasedStateMachine):
         for line in printed:
             name = line.split()[1]
             self.entries[name] = (epoch, int(name[21:41]), unb32(name[42:]) or "")
+            self.manifests[name] = dict(self.saves[self.entries[name][2]])
         assert all(line.startswith("publish: ") for line in r.err.splitlines()), r.err
         loop = f"exec/{attempt}/checkpoint-{LOOP_STEP}"
         if loop in self.loops:
@@ -255,6 +260,7 @@ class RootModel(RuleBasedStateMachine):
             return
         assert (r.code, r.out) == (0, f"published {line}\n"), (r.code, r.out, r.err)
         self.entries[name] = (epoch, step, path)
+        self.manifests[name] = dict(self.saves[path])
         if not self.whole(path):
             self.hand_unwhole.add(name)
 
@@ -320,6 +326,20 @@ class RootModel(RuleBasedStateMachine):
             assert (r.code, r.out, r.err) == (0, f"created {self.root.loc}\n", ""), r
             self.dir_exists = True
             self.marker = self.s3
+
+    @rule(pick=st.integers(0, 1000))
+    def a_published_save_rots(self, pick: int) -> None:
+        """A byte of a published save's model file flips, its size unchanged: resolve still answers it, and
+        resolve -verify=deep passes over it (on S3, whose manifests hold sizes only, it still answers)."""
+        published = sorted(
+            p for _, _, p in self.entries.values() if p in self.saves and MODEL_FILE in self.saves[p]
+        )
+        assume(published)
+        path = published[pick % len(published)]
+        data = bytes([self.saves[path][MODEL_FILE][0] ^ 1])
+        self.root.write(f"{path}/{MODEL_FILE}", data)
+        self.saves[path] = {**self.saves[path], MODEL_FILE: data}
+        self.rotted.add(path)
 
     @rule(pick=st.integers(0, 1000))
     def operator_deletes_a_published_save(self, pick: int) -> None:
@@ -406,7 +426,9 @@ class RootModel(RuleBasedStateMachine):
             assert self.root.has_marker() == self.marker, "PREFIX/.publish-root is not as modelled"
         for name, (_, _, path) in self.entries.items():
             assert path in self.saves or path in self.deleted, f"{name} names {path}, which is gone"
+        assert set(self.entries) <= self.root.names("man"), "an entry without its manifest"
         self.check_resolve()
+        self.check_resolve_verify()
 
     def check_resolve(self) -> None:
         r = self.root.run("resolve")
@@ -420,7 +442,39 @@ class RootModel(RuleBasedStateMachine):
             if path in self.saves:
                 want = self.root.location(path) + "\n"
                 assert (r.code, r.out) == (0, want), f"resolve: {(r.code, r.out, r.err)!r}, expected {want!r}"
-                assert self.whole(path) or name in self.hand_unwhole, f"resolve answered {path}, not whole"
+                assert self.whole(path) or name in self.hand_unwhole or path in self.rotted, (
+                    f"resolve answered {path}, not whole"
+                )
+                return
+        if self.entries:
+            self.fails_loudly(r)
+        else:
+            assert (r.code, r.out) == (0, ""), (r.code, r.out, r.err)
+
+    def matches_manifest(self, name: str, path: str) -> bool:
+        """What resolve -verify=deep finds of the save of ``name``: every file its manifest lists is there,
+        with the same bytes (on S3, whose manifests hold no digest, the same size: ``digest`` is the size)."""
+        listed = self.manifests.get(name)
+        if listed is None:
+            return True  # no manifest: passes, with a note
+        now = self.saves[path]
+        digest = self.root.digest
+        return all(f in now and digest(now[f]) == digest(data) for f, data in listed.items())
+
+    def check_resolve_verify(self) -> None:
+        r = self.root.run("resolve", "-verify=deep")
+        if not self.root_exists:
+            self.fails_loudly(r)
+            return
+        if self.planted_pub:
+            self.fails_loudly(r, *self.planted_pub)
+            return
+        for name, (_, _, path) in self.newest_first():
+            if path in self.saves and self.matches_manifest(name, path):
+                want = self.root.location(path) + "\n"
+                assert (r.code, r.out) == (0, want), (
+                    f"resolve -verify=deep: {(r.code, r.out, r.err)!r}, expected {want!r}"
+                )
                 return
         if self.entries:
             self.fails_loudly(r)
@@ -498,4 +552,30 @@ def test_model_posix_a_save_half_removed_by_a_cut_prune(
     m.watch("A", False)
     m.promise_kept()
     m.operator_deletes_a_published_save(1)  # checkpoint-20
+    m.promise_kept()
+
+
+@settings(max_examples=1, database=None, deadline=None)
+@given(st.just(None))
+def test_model_posix_a_rotted_save_is_passed_over_by_verify(
+    tmp_path_factory: pytest.TempPathFactory, _: None
+) -> None:
+    """A sequence every run goes through, whatever the random ones draw: a published save whose byte flips
+    is still resolve's answer, and resolve -verify=deep passes over it to the older save."""
+    restore = fresh_registry()
+    base = tmp_path_factory.mktemp("model")
+
+    class Posix(RootModel):
+        def make_root(self, exists: bool) -> Any:
+            return PosixRoot(base, exists, restore)
+
+    m = Posix()
+    m.start(True)
+    m.trainer_writes("A", 10, "whole", 0)
+    m.watch("A", False)
+    m.trainer_writes("A", 20, "whole", 0)
+    m.watch("A", False)
+    m.promise_kept()
+    m.a_published_save_rots(1)  # checkpoint-20
+    assert m.rotted == {"exec/A/checkpoint-20"}
     m.promise_kept()
