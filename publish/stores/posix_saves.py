@@ -53,7 +53,16 @@ def timed_out(dl: Deadline, where: str, doing: str) -> Failure:
 
 
 def hash_fd(fd: int, dl: Deadline, where: str, buf: bytearray | None = None) -> tuple[int, str]:
-    """The size and SHA-256 of what ``fd`` reads from here to its end, read a CHUNK at a time."""
+    """The size and SHA-256 of what ``fd`` reads from here to its end, read a CHUNK at a time; a Failure
+    naming -timeout once ``dl`` passes."""
+    size, digest = _hash(fd, dl, buf)
+    if digest is None:
+        raise timed_out(dl, where, "reading it")
+    return size, digest
+
+
+def _hash(fd: int, dl: Deadline, buf: bytearray | None = None) -> tuple[int, str | None]:
+    """hash_fd's reading: (bytes read, None) once ``dl`` passes before the end."""
     import hashlib
 
     h = hashlib.sha256()
@@ -68,7 +77,7 @@ def hash_fd(fd: int, dl: Deadline, where: str, buf: bytearray | None = None) -> 
         size += n
         left = dl.left()
         if left is not None and left <= 0:
-            raise timed_out(dl, where, "reading it")
+            return size, None
 
 
 def _open_dir_below(top: int, rel: str) -> int:
@@ -254,9 +263,30 @@ class SaveFiles:
         return _open_file_below(self.top, rel)
 
 
+#: The share of the time left to a publication that hashing its files may take.
+HASH_SHARE = 0.5
+
+
+def hash_budget(dl: Deadline) -> Deadline:
+    """The part of ``dl`` that a publication's hashing may take: HASH_SHARE of what is left (unbounded when
+    ``dl`` is)."""
+    from publish.deadline import Deadline
+
+    left = dl.left()
+    if left is None or dl.timeout is None:
+        return Deadline(None)
+    return Deadline.until(dl.clock() + max(left, 0.0) * HASH_SHARE, dl.timeout, dl.clock)
+
+
 def save_rows(store: RootDirs, dl: Deadline, path: str, digests: bool = True) -> list[Row]:
-    """Every regular file of the save at ``path`` with its size and (``digests``) SHA-256."""
+    """Every regular file of the save at ``path`` with its size and (``digests``) SHA-256.
+
+    The digests are taken within :func:`hash_budget` of ``dl``: a file not hashed by then is recorded with
+    its size and no digest, so a save too large to read in the time a scan has (a multi-terabyte one, the
+    last scan after a job's stop signal) is published all the same, its manifest checking those files' sizes
+    only.  The rest of ``dl`` is left for the manifest and the entry."""
     save = SaveFiles(store, path)
+    hashing = hash_budget(dl) if digests else None
     try:
         names = save.listing()
         rows: dict[str, Row] = {}
@@ -273,10 +303,11 @@ def save_rows(store: RootDirs, dl: Deadline, path: str, digests: bool = True) ->
             except OSError as e:
                 raise FileError(shown(where), e) from None
             try:
-                if digests:
+                left = None if hashing is None else hashing.left()
+                if hashing is not None and (left is None or left > 0):
                     buf = buffers.setdefault(_thread.get_ident(), bytearray(CHUNK))
-                    size, digest = hash_fd(fd, dl, where, buf)
-                    rows[rel] = (rel, size, digest)
+                    size, digest = _hash(fd, hashing, buf)
+                    rows[rel] = (rel, size if digest is not None else os.fstat(fd).st_size, digest)
                 else:
                     rows[rel] = (rel, os.fstat(fd).st_size, None)
             except OSError as e:

@@ -22,7 +22,7 @@ def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, p
         ) from None
     name = layout.name(epoch, step, path)
     if not store.exists(dl, f"{layout.PUB}/{name}"):
-        write_manifest(dl, store, name, path)
+        write_manifest(dl, store, name, path, say)
     if store.create_entry(dl, name):
         say.out(f"published {name} (epoch {epoch}, step {step}, {where})")
         return True
@@ -30,12 +30,23 @@ def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, p
     return False
 
 
-def write_manifest(dl: Deadline, store: Store, name: str, path: str) -> None:
+def write_manifest(dl: Deadline, store: Store, name: str, path: str, say: Say) -> None:
     """Record every file of the save at ``path`` (size, and SHA-256 where the store can tell it) as the
-    manifest of the entry ``name``, durably: before the entry, so no entry made here is ever without one."""
+    manifest of the entry ``name``, durably: before the entry, so no entry made here is ever without one.
+    On POSIX, files the hashing had no time for (publish.stores.posix_saves.hash_budget) are said on
+    stderr: their rows hold sizes only."""
     from publish import manifest
 
-    store.write_manifest(dl, name, manifest.encode(name, store.save_rows(dl, path, digests=True)))
+    rows = store.save_rows(dl, path, digests=True)
+    if store.cheap_listing:  # POSIX hashes every file it has time for (S3 rows never hold a digest)
+        unhashed = sum(1 for row in rows if row[2] is None)
+        if unhashed:
+            say.warn(
+                f"{shown(store.location(path))}: {unhashed} of {len(rows)} files not hashed within half "
+                "of what was left of -timeout: the manifest holds their sizes only (resolve -verify=deep "
+                "checks their sizes)"
+            )
+    store.write_manifest(dl, name, manifest.encode(name, rows))
 
 
 #: Why a save that a tombstone relates to is never published.

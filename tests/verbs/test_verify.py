@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from publish import layout, manifest
-from tests.conftest import Result, run_cli
+from tests.conftest import Result, Watch, run_cli
 from tests.support.s3roots import Root
 from tests.support.trainer_saves import hf_save
 
@@ -581,19 +581,82 @@ def test_prune_removes_a_manifest_without_an_entry_once_an_hour_old_though_its_s
     assert posix.get(f"man/{left}") is None and posix.get(f"man/{kept}") is not None
 
 
-def test_hashing_a_save_is_bounded_by_the_timeout(posix: Posix) -> None:
-    posix.put("exec/A/step-1/big", b"\0" * (64 << 20))
-    r = posix.run("publish", "-timeout", "1ms", posix.where("exec/A/step-1"), "1")
-    assert r.code == 1, r
+#: A sparse file: 64 GiB of zeros that take no disk, and some 30 s or more of hashing on this machine.
+HUGE = 64 << 30
+
+
+def huge_file(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(HUGE)
+
+
+def unhashed_note(where: str, count: int, total: int) -> str:
+    return (
+        f"publish: {where}: {count} of {total} files not hashed within half of what was left of -timeout: "
+        "the manifest holds their sizes only (resolve -verify=deep checks their sizes)\n"
+    )
+
+
+def test_a_save_too_large_to_hash_in_time_is_published_with_sizes_for_what_was_not_hashed(
+    posix: Posix,
+) -> None:
+    """Hashing takes at most half of what is left of -timeout: a file not hashed by then is recorded with its
+    size and no digest, said on stderr, and the save is published all the same (a multi-terabyte save, or
+    the last scan after a job's stop signal, is never held back by its hashing); -verify=deep then checks
+    that file's size and the others' digests."""
+    posix.put("exec/A/step-1/small", b"s" * 1000)
+    huge_file(posix.path / "exec/A/step-1/big")
+    where = posix.where("exec/A/step-1")
+    r = posix.run("publish", "-timeout", "4s", where, "1")
+    entry = layout.name(0, 1, "exec/A/step-1")
+    assert (r.code, r.out) == (0, f"published {entry} (epoch 0, step 1, {where})\n"), r
+    assert r.err == unhashed_note(where, 1, 2), r
+    data = posix.get(f"man/{entry}")
+    assert data is not None
+    assert manifest.decode(entry, data) == [
+        ("big", HUGE, None),
+        ("small", 1000, hashlib.sha256(b"s" * 1000).hexdigest()),
+    ]
+    r = resolve(posix, "-verify=deep")
+    assert (r.code, r.out, r.err) == (0, where + "\n", ""), r
+    posix.put("exec/A/step-1/small", b"t" * 1000)  # a digest recorded is checked
+    r = resolve(posix, "-verify=deep")
+    assert (r.code, r.out) == (1, ""), r
     assert (
-        r.err == f"publish: {posix.where('exec/A/step-1/big')}: reading it did not finish within -timeout\n"
+        f"passing over {posix.where('pub/' + entry)}: {posix.where('exec/A/step-1/small')}: sha256 " in r.err
     ), r
-    assert not (posix.path / "pub").exists() or os.listdir(posix.path / "pub") == []
-    assert not (posix.path / "man").exists() or os.listdir(posix.path / "man") == []
+    posix.put("exec/A/step-1/small", b"s" * 1000)
+    os.truncate(posix.path / "exec/A/step-1/big", HUGE - 1)  # a size recorded is checked
+    r = resolve(posix, "-verify")
+    assert (r.code, r.out) == (1, ""), r
+    assert (
+        passing_over(posix, entry, "exec/A/step-1/big", f"size {HUGE - 1}, manifest says {HUGE}") in r.err
+    ), r
+
+
+def test_a_watch_scan_publishes_a_save_too_large_to_hash_in_time(posix: Posix) -> None:
+    """The same in a watch's scan: published, the unhashed file said."""
+    folder = hf_save(posix.path / "exec/A", 7)
+    huge_file(folder / "model-00001.safetensors")
+    w = Watch(
+        "-checkpoint", posix.url, "-framework", "hf", "-attempt", "A", "-timeout", "4s", "-interval", "1h"
+    )
+    entry = layout.name(0, 7, "exec/A/checkpoint-7")
+    assert w.next_line(timeout=60) == f"published {entry} (epoch 0, step 7, {folder})"
+    code, err = w.stop(timeout=60)
+    assert code == 0, err
+    assert err == unhashed_note(str(folder), 1, len(list(folder.iterdir()))), err
+
+
+def test_verify_deep_is_bounded_by_the_timeout(posix: Posix) -> None:
+    """A deep check cut short by -timeout says nothing of the save: resolve fails, naming -timeout, and no
+    other save is chosen."""
+    posix.put("exec/A/step-1/big", b"\0" * (64 << 20))
     r = posix.run("publish", posix.where("exec/A/step-1"), "1")
-    assert r.code == 0, r
+    assert (r.code, r.err) == (0, ""), r
     r = resolve(posix, "-verify=deep", "-timeout", "1ms")
-    assert (r.code, r.out) == (1, ""), r  # a check cut short says nothing of the save: no other is chosen
+    assert (r.code, r.out) == (1, ""), r
     assert r.err.startswith(f"publish: {posix.where('exec/A/step-1')}"), r  # its sizes, or reading big
     assert r.err.endswith(" did not finish within -timeout\n") and r.err.count("\n") == 1, r
 
