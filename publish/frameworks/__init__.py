@@ -4,11 +4,14 @@ Each module gives ``KIND`` (saves are ``"folders"`` or ``"files"``), ``step_of(n
 step a save's name holds, or ``""``: a pure rule, no I/O, cheap to import since a POSIX resolve reads these
 names) and ``complete(dl, store, path, step, note) -> bool`` (reads the save through the Store within ``dl``; ``note`` takes
 a hint for the user, said once per save).  A new framework is one module and a line in FRAMEWORKS.
+
+A framework's module is imported when first asked about a save, so a verb given one framework loads only
+that one (``run -framework hf`` no DeepSpeed reader); the table holds each one's KIND so that choosing among
+them imports none.
 """
 
 from __future__ import annotations
 
-from publish.frameworks import dcp, deepspeed, hf, lightning, snapshot
 from publish.layout import LIMIT
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
@@ -23,10 +26,22 @@ if TYPE_CHECKING:
 class Framework:
     """How one framework lays out its saves inside SAVES."""
 
-    def __init__(self, name: str, rules: ModuleType) -> None:
+    def __init__(self, name: str, kind: str) -> None:
         self.name = name
-        self.kind: str = rules.KIND
-        self._rules = rules
+        self.kind = kind  # the module's KIND (tests/frameworks/test_frameworks.py checks that they agree)
+        self._module: ModuleType | None = None
+
+    @property
+    def _rules(self) -> ModuleType:
+        """publish.frameworks.<name>, imported on first use."""
+        rules = self._module
+        if rules is None:
+            import sys
+
+            full = f"publish.frameworks.{self.name}"
+            __import__(full)
+            rules = self._module = sys.modules[full]
+        return rules
 
     def step(self, name: str) -> int | None:
         """The step of a save named ``name``, or None when the name is not a save's."""
@@ -65,11 +80,11 @@ class Framework:
 
 
 FRAMEWORKS = {
-    "hf": Framework("hf", hf),
-    "dcp": Framework("dcp", dcp),
-    "snapshot": Framework("snapshot", snapshot),
-    "lightning": Framework("lightning", lightning),
-    "deepspeed": Framework("deepspeed", deepspeed),
+    "hf": Framework("hf", "folders"),
+    "dcp": Framework("dcp", "folders"),
+    "snapshot": Framework("snapshot", "folders"),
+    "lightning": Framework("lightning", "files"),
+    "deepspeed": Framework("deepspeed", "folders"),
 }
 
 #: The names as a synopsis shows the choice (``hf|dcp|...``) and as a sentence lists them (``hf, dcp, ... or

@@ -18,8 +18,6 @@ from publish.redact import shown
 from publish.stores.base import Store
 from publish.threads import Flag, Worker
 from publish.verbs import Say, child, common, shared
-from publish.verbs.idle import Budget
-from publish.verbs.mirror import open_tiers
 from publish.verbs.prune import Policy, orphan_flags, orphans_of, policy_flags, policy_of
 from publish.verbs.resolve import resolve, resolve_tiers
 from publish.verbs.shared import describe
@@ -41,6 +39,7 @@ if TYPE_CHECKING:
 
     Launch = Callable[[list[str], dict[str, str]], Child]
 
+    from publish.verbs.idle import Budget
     from publish.verbs.metrics import Metrics
     from publish.verbs.mirror import Tiers
 
@@ -198,7 +197,11 @@ def run(
         if store.create_root(dl):  # node-local storage lost, or a new node: the mirror has the saves
             say.warn(f"run: created {shown(store.root)}")
     resume = found[0] if found else ""
-    budget = Budget(store, max_idle_requeues, resumed) if requeue else None
+    budget = None
+    if requeue:  # a run without -requeue imports nothing of the idle count
+        from publish.verbs.idle import Budget
+
+        budget = Budget(store, max_idle_requeues, resumed)
     say.warn(f"run: resuming from {resume}" if resume else "run: no save to resume from")
 
     child_env = dict(env)
@@ -455,9 +458,13 @@ class Run(shared.SavesCommand):
         world_size = self.world_size_of(call)
         store = self.open(call, root, renew=True).store
         orphan_age = self.orphans_age.value if self.orphans.value else None
-        tiers = open_tiers(
-            self, call, root, store, orphan_age
-        )  # -mirror: its multipart uploads aborted as old
+        tiers = None
+        if self.mirror_root(call, root) or self.mirror_keep.is_set:  # else nothing of the mirror is imported
+            from publish.verbs.mirror import open_tiers
+
+            tiers = open_tiers(
+                self, call, root, store, orphan_age
+            )  # -mirror: its old multipart uploads aborted
         dl = self.deadline(call)
         signals = call.stop if isinstance(call.stop, Signals) else Signals()
         resume_arg, requeue = self.resume_arg.value, self.requeue.value

@@ -1,7 +1,7 @@
 """What some verbs share beyond the root (publish.verbs.common): the epoch, framework, world-size and
 mirror-keep flags, watch's and run's :class:`SavesCommand` and what they ask of the cli's signal traps
 (:class:`Trap`), run's signal names, and how a run or a watch says an error and goes on. A verb that takes
-none of these (resolve, init, probe, prune) imports none of it.
+none of these (resolve, init, probe) imports none of it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from publish.redact import shown
 from publish.stores.base import Store
 from publish.threads import Flag, Worker
 from publish.verbs import Say, common, shared
-from publish.verbs.mirror import open_tiers
 from publish.verbs.publish import DOOMED, doomed_folders, publish_entry
 
 TYPE_CHECKING = False
@@ -281,7 +280,11 @@ class Watch(shared.SavesCommand):
         metrics = self.metrics_for(call, root)
         world_size = self.world_size_of(call)
         store = self.open(call, root, renew=True).store
-        tiers = open_tiers(self, call, root, store)
+        tiers = None
+        if self.mirror_root(call, root) or self.mirror_keep.is_set:  # else nothing of the mirror is imported
+            from publish.verbs.mirror import open_tiers
+
+            tiers = open_tiers(self, call, root, store)
         stop = call.stop or Flag()
         whole = watch(
             store, call.say, framework, saves, epoch, self.interval.value, self.timeout.value, stop, metrics,

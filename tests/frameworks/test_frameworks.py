@@ -37,3 +37,21 @@ HEX = "0123456789abcdef" * 2
 )
 def test_step(framework: str, name: str, step: int | None) -> None:
     assert FRAMEWORKS[framework].step(name) == step
+
+
+def test_the_table_kinds_are_the_modules_and_a_framework_loads_only_its_module() -> None:
+    """FRAMEWORKS holds each module's KIND, so choosing a framework imports none; asking one about a save
+    imports its module alone (a run -framework hf loads no DeepSpeed reader)."""
+    import importlib
+    import subprocess
+    import sys
+
+    for name, fw in FRAMEWORKS.items():
+        assert fw.kind == importlib.import_module(f"publish.frameworks.{name}").KIND, name
+    code = (
+        "import sys; from publish.frameworks import FRAMEWORKS as F; "
+        "loaded = lambda: sorted(m for m in sys.modules if m.startswith('publish.frameworks.')); "
+        "before = loaded(); F['hf'].step('checkpoint-5'); print(before, loaded())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] ['publish.frameworks.hf']", out
