@@ -361,6 +361,22 @@ def test_prune_mirror_keep_prunes_the_mirror_too(s3_server: Any, tmp_path: Path)
     assert [layout.parse(e).step for e in t.fast_entries()] == [4]  # 4 is pending, yet the newest: kept
 
 
+def test_prune_mirror_to_a_mirror_never_written_keeps_every_save(weed: Any, tmp_path: Path) -> None:
+    """Nothing is mirrored yet: every save is pending and stays; with -mirror-keep the mirror is pruned
+    first, so its failure (it was never made) leaves the root as it is."""
+    t = Tiers(weed, tmp_path)
+    for step in (1, 2, 3):
+        r = run_cli("publish", "-checkpoint", str(t.fast), "-epoch", "0", str(t.save(step)), str(step))
+        assert r.code == 0, r.err
+    r = run_cli("prune", *t.flags("-keep", "1"))
+    assert (r.code, r.out, r.err) == (0, "", ""), r
+    assert len(t.fast_entries()) == 3
+    r = run_cli("prune", *t.flags("-keep", "1", "-mirror-keep", "1"))
+    assert (r.code, r.out) == (1, ""), r
+    assert r.err.startswith("publish: ") and t.mirror.url in r.err, r
+    assert len(t.fast_entries()) == 3
+
+
 def test_mirror_keep_prunes_the_mirror_only(s3_server: Any, tmp_path: Path) -> None:
     t = Tiers(s3_server, tmp_path)
     for step in (1, 2, 3):
