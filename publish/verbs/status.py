@@ -108,7 +108,8 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | N
     published = {e.path for e in entries}
     doomed = set(tombs)  # listed as tombstones, not as saves or leftovers
     named = layout.Nest(list(published))
-    attempts = sorted(store.list_folders(dl, EXEC))
+    folders_in_exec, files_in_exec = store.children(dl, EXEC)  # one LIST on S3: the attempts and marks
+    attempts = sorted(folders_in_exec)
     looked = attempts[-ATTEMPT_LIMIT:]
     saves: list[dict[str, Any]] = []
     unnamed: list[dict[str, str]] = []
@@ -169,6 +170,7 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | N
         "unreadable": unreadable,
         "tombstones": [{"path": f, "location": store.location(f)} for f in tombs],
         "prune": None,
+        "idle": _idle(store, publications, files_in_exec),
     }
     if keep is not None:
         if isinstance(keep, Policy) and keep.within is not None:
@@ -199,6 +201,23 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | N
             "lines": would_remove(dl, store, sched),
         }
     return doc
+
+
+def _idle(store: Store, publications: list[dict[str, Any]], files: list[str]) -> dict[str, Any]:
+    """run -requeue's count of idle requeues (publish.verbs.idle): the marks in exec/ of the save a dispatch
+    would resume from now (the newest publication whose save exists; none: no save), and all marks."""
+    from publish.verbs.idle import MARK, mark_prefix
+
+    marks = [name for name in files if name.startswith(MARK)]
+    newest = next((p for p in publications if p["exists"]), None)
+    resumed = None if newest is None else layout.parse(newest["entry"])
+    prefix = mark_prefix(resumed)
+    return {
+        "save": None if newest is None else newest["path"],
+        "location": None if newest is None else newest["location"],
+        "requeues": sum(1 for name in marks if name.startswith(prefix)),
+        "marks": len(marks),
+    }
 
 
 def status(
@@ -329,6 +348,13 @@ def text(doc: dict[str, Any]) -> list[str]:
                 f"  epoch {t['epoch_decimal']} step {t['step_decimal']}  root: {t['root']:<7} mirror: {t['mirror']}"
                 for t in doc["tiers"]
             ],
+        )
+    idle = doc["idle"]
+    if idle["marks"]:
+        since = shown(idle["location"]) if idle["location"] is not None else "no save"
+        lines.append(
+            f"run -requeue: {idle['requeues']} idle requeues in a row from {since} "
+            f"({idle['marks']} marks {EXEC}/.idle-* in all; removing them starts the count again)"
         )
     plan = doc["prune"]
     if plan is not None:

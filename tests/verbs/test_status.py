@@ -14,6 +14,7 @@ from publish.deadline import Deadline
 from publish.errors import Failure
 from publish.stores.posix import PosixStore
 from publish.verbs import status as status_module
+from publish.verbs.idle import mark_prefix
 from tests.conftest import Result, command, need, run_cli
 from tests.support.crash import tree
 from tests.support.fault_proxy import FaultProxy, Respond
@@ -42,6 +43,11 @@ def fill(put: Callable[[str, bytes], None]) -> None:
     put("tomb/" + layout.tomb_name("exec/old/checkpoint-0"), b"")
     for epoch, step, path in PUBLISHED:
         put("pub/" + layout.name(epoch, step, path), b"")
+    # run -requeue's idle marks: two for the save a dispatch would resume from now, one for no save
+    newest = layout.parse(layout.name(0, 6, "exec/C/sub/checkpoint-6"))
+    for token in ("01", "02"):
+        put(f"exec/{mark_prefix(newest)}{token}", b"")
+    put(f"exec/{mark_prefix(None)}03", b"")
 
 
 def expected(root: str, keep: int | None) -> dict[str, Any]:
@@ -91,6 +97,12 @@ def expected(root: str, keep: int | None) -> dict[str, Any]:
         "unnamed": [{"path": "exec/A/junk", "location": loc("exec/A/junk")}],
         "unreadable": [],
         "tombstones": [{"path": "exec/old/checkpoint-0", "location": loc("exec/old/checkpoint-0")}],
+        "idle": {
+            "save": "exec/C/sub/checkpoint-6",
+            "location": loc("exec/C/sub/checkpoint-6"),
+            "requeues": 2,
+            "marks": 3,
+        },
         "prune": None
         if keep is None
         else {
@@ -161,6 +173,10 @@ def test_posix_status_text(tmp_path: Path) -> None:
         "global_step 7 disagrees with the folder's step 9"
     ]
     assert f"  {root}/exec/A/junk" in r.lines and f"  {root}/exec/old/checkpoint-0" in r.lines
+    assert (
+        f"run -requeue: 2 idle requeues in a row from {root}/exec/C/sub/checkpoint-6 "
+        "(3 marks exec/.idle-* in all; removing them starts the count again)"
+    ) in r.lines
     dry = run_cli("prune", "-checkpoint", str(root), "-keep", "2", "-dry-run")
     at = r.lines.index("prune -keep 2 would remove entries: 2, and:")
     assert r.lines[at + 1 :] == ["  " + line for line in dry.lines]
@@ -178,6 +194,7 @@ def test_status_of_an_empty_root(tmp_path: Path) -> None:
         "unnamed": [],
         "unreadable": [],
         "tombstones": [],
+        "idle": {"save": None, "location": None, "requeues": 0, "marks": 0},
         "prune": None,
     }
 
