@@ -9,11 +9,13 @@ import stat
 
 from publish.deadline import Deadline
 from publish.errors import Failure, FileError
-from publish.files import fsops, walks
-from publish.files.fileio import read_at_most
+from publish.files import fsops
 from publish.redact import shown
-from publish.stores.base import LastChange
 from publish.stores.posix_root import MARKER_FLAGS, RANGE_LIMIT, RootDirs, kind, why
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from publish.stores.base import LastChange
 
 #: The errors that leave a folder's age untold (it is left in place, with why), rather than failing the verb.
 _UNTOLD_ERRNOS = (errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ELOOP)
@@ -88,6 +90,8 @@ class PosixFiles:
         finally:
             os.close(dir_fd)
         try:
+            from publish.files.fileio import read_at_most  # here: a scan that finds no save reads nothing
+
             self._dirs.refuse_odd(path, os.fstat(fd))
             data = read_at_most(fd, limit)
             if data is None:
@@ -150,6 +154,9 @@ class PosixFiles:
     def newest(self, dl: Deadline, path: str) -> LastChange:
         """Walk down from the root's descriptor as remove_folder does (each element checked with ``lstat``,
         opened with ``O_NOFOLLOW`` and compared), then through the folder with :func:`walks.newest_tree`."""
+        from publish.files import walks  # here: only -orphans asks how old a folder is
+        from publish.stores.base import LastChange
+
         parts = path.split("/")
         fds = [self._dirs.open_root()]
         rel = ""

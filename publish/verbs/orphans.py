@@ -15,7 +15,10 @@ from publish.deadline import Deadline
 from publish.errors import FileError, StoreError
 from publish.layout import EXEC
 from publish.redact import shown
-from publish.stores.base import Store, Upload
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from publish.stores.base import Store, Upload
 
 #: -orphans-age's default: an hour, so a live dispatch on another node, or a zombie, is never touched.
 AGE = 3600.0

@@ -15,7 +15,6 @@ from publish.deadline import Deadline
 from publish.errors import UsageError
 from publish.layout import MAN, PUB, TOMB
 from publish.redact import shown
-from publish.stores.base import Store
 from publish.verbs import Say, common, shared
 from publish.verbs.orphans import AGE, Orphans
 
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
     from typing import Callable
 
     from publish.go.flags import Flag, FlagSet
-    from publish.stores.base import Upload
+    from publish.stores.base import Store, Upload
 
 #: How many finished tombstones are dropped at once (one fsync of tomb/ on POSIX).
 TOMB_BATCH = 512

@@ -6,8 +6,11 @@ from publish import layout, roots
 from publish.deadline import Deadline
 from publish.errors import Failure, UsageError
 from publish.redact import quoted, shown
-from publish.stores.base import Store
 from publish.verbs import Say, common, shared
+
+TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
+if TYPE_CHECKING:
+    from publish.stores.base import Store
 
 
 def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, path: str) -> bool:

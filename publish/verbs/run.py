@@ -12,10 +12,8 @@ import time
 from publish.deadline import Deadline
 from publish.errors import Failure, PublishError, UsageError
 from publish.frameworks import CHOICES, Framework
-from publish.go.gocompat import parse_decimal
 from publish.layout import EXEC
 from publish.redact import shown
-from publish.stores.base import Store
 from publish.threads import Flag, Worker
 from publish.verbs import Say, child, common, shared
 from publish.verbs.prune import Policy, orphan_flags, orphans_of, policy_flags, policy_of
@@ -28,6 +26,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Callable, Protocol
+
+    from publish.stores.base import Store
 
     class Child(Protocol):
         """COMMAND once started: its exit status (``Popen.returncode`` style) and a way to signal it."""
@@ -423,7 +423,7 @@ class Run(shared.SavesCommand):
         super().__init__()
         fs = self.fs
         keep = "after COMMAND exits, prune to the latest `N` (default: no prune)"
-        self.keep = fs.custom("keep", None, keep, lambda t: parse_decimal(t, minimum=1), "N")
+        self.keep = fs.custom("keep", None, keep, _decimal(1), "N")
         self.keep_every, self.keep_within = policy_flags(fs)
         self.orphans, self.orphans_age = orphan_flags(fs)
         resume = "when there is a save, append `FLAG` and its location to COMMAND"
@@ -433,7 +433,7 @@ class Run(shared.SavesCommand):
         requeue = "Slurm only: after a stop by a signal, ask Slurm to run the job again"
         self.requeue = fs.boolean("requeue", False, requeue)
         idle = "with -requeue: after `K` dispatches in a row were requeued without publishing, do not requeue"
-        self.max_idle = fs.custom("max-idle-requeues", 3, idle, lambda t: parse_decimal(t, minimum=0), "K")
+        self.max_idle = fs.custom("max-idle-requeues", 3, idle, _decimal(0), "K")
 
     def trap(self) -> shared.Trap:
         signals = Signals()
@@ -484,6 +484,17 @@ class Run(shared.SavesCommand):
             requeue=requeue, batch=batch, metrics=metrics, world_size=world_size,
             max_idle_requeues=self.max_idle.value, tiers=tiers,
         )  # fmt: skip
+
+
+def _decimal(minimum: int) -> Callable[[str], int]:
+    """A flag's parser of a decimal count of at least ``minimum`` (Go's rules, imported when one is given)."""
+
+    def parse(text: str) -> int:
+        from publish.go.gocompat import parse_decimal
+
+        return parse_decimal(text, minimum=minimum)
+
+    return parse
 
 
 COMMAND = Run

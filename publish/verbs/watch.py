@@ -10,7 +10,6 @@ from publish.errors import Failure, FileError, StoreError, UsageError
 from publish.frameworks import CHOICES, Framework
 from publish.layout import EXEC, MAN, PUB, TOMB
 from publish.redact import shown
-from publish.stores.base import Store
 from publish.threads import Flag, Worker
 from publish.verbs import Say, common, shared
 from publish.verbs.publish import DOOMED, doomed_folders, publish_entry
@@ -19,6 +18,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable, Protocol
 
+    from publish.stores.base import Store
     from publish.verbs.metrics import Metrics
     from publish.verbs.mirror import Tiers
 
