@@ -413,30 +413,30 @@ class TiersModel(RuleBasedStateMachine):
 
     @rule(keep=KEEPS, mirror_keep=MIRROR_KEEPS)
     def prune_mirror(self, keep: int, mirror_keep: int | None) -> None:
-        """``prune -mirror -keep N [-mirror-keep M]``: the fast root pruned, every pending save kept (the
-        mirror's pub/ read after the root's), then with M the mirror; a mirror never made fails that second
-        prune."""
+        """``prune -mirror -keep N [-mirror-keep M]``: with M the mirror first (a mirror never made fails, and
+        the fast root is left as it is), then the fast root, every pending save kept (the mirror's pub/ read
+        after the root's)."""
         more = [] if mirror_keep is None else ["-mirror-keep", str(mirror_keep)]
         r = self.t.run("prune", "-keep", str(keep), *more)
         if not self.fast_exists:
             self.fails_loudly(r)
             return
-        pending = set(pending_of(self.fast, self.mirror, mirror_keep))
-        gone = [n for n in oldest_beyond(self.fast, keep) if n not in pending]
-        lines = [f"removed {self.t.fast_location(parts(n)[2])}\n" for n in gone]
-        self.check_kept(pending)
-        self.remove_from_fast(gone)
-        if mirror_keep is None:
-            assert (r.code, r.out, r.err) == (0, "".join(lines), ""), r
-        elif not self.mirror_exists:  # the fast root pruned, then the mirror's prune fails: it does not exist
-            assert (r.code, r.out) == (1, "".join(lines)), r
-            assert r.err.startswith("publish: ") and self.t.mirror.url in r.err, r.err
-        else:
+        lines = []
+        if mirror_keep is not None:
+            if not self.mirror_exists:  # the mirror's prune fails first: it does not exist
+                self.fails_loudly(r)
+                assert self.t.mirror.url in r.err, r.err
+                return
             mgone = oldest_beyond(self.mirror, mirror_keep)
             lines += [f"removed {self.t.mirror_location(parts(n)[2])}\n" for n in mgone]
             for n in mgone:
                 del self.mirror[n]
-            assert (r.code, r.out, r.err) == (0, "".join(lines), ""), r
+        pending = set(pending_of(self.fast, self.mirror, mirror_keep))
+        gone = [n for n in oldest_beyond(self.fast, keep) if n not in pending]
+        lines += [f"removed {self.t.fast_location(parts(n)[2])}\n" for n in gone]
+        self.check_kept(pending)
+        self.remove_from_fast(gone)
+        assert (r.code, r.out, r.err) == (0, "".join(lines), ""), r
 
     @rule(keep=KEEPS)
     def prune_plain(self, keep: int) -> None:
