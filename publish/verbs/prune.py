@@ -377,6 +377,7 @@ class Prune(common.Command):
         mirror = self.open_mirror(call, mirror_root).store
         mirror_keep = self.mirror_keep.value
         if mirror_keep is not None:  # first: a mirror that fails (one never written) leaves the root as it is
+            store.check_root(dl)  # and a root that fails (gone with its node) leaves the mirror as it is
             prune(dl, mirror, call.say, mirror_keep, dry_run=self.dry_run.value)
         # As run -keep: a save not yet on the mirror stays (the mirror's pub/ read after the root's).
         policy.protect = lambda dl, entries: pending_names(dl, entries, mirror, mirror_keep)

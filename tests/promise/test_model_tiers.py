@@ -413,9 +413,9 @@ class TiersModel(RuleBasedStateMachine):
 
     @rule(keep=KEEPS, mirror_keep=MIRROR_KEEPS)
     def prune_mirror(self, keep: int, mirror_keep: int | None) -> None:
-        """``prune -mirror -keep N [-mirror-keep M]``: with M the mirror first (a mirror never made fails, and
-        the fast root is left as it is), then the fast root, every pending save kept (the mirror's pub/ read
-        after the root's)."""
+        """``prune -mirror -keep N [-mirror-keep M]``: a fast root that is gone fails first, touching nothing;
+        with M the mirror is pruned next (a mirror never made fails, and the fast root is left as it is), then
+        the fast root, every pending save kept (the mirror's pub/ read after the root's)."""
         more = [] if mirror_keep is None else ["-mirror-keep", str(mirror_keep)]
         r = self.t.run("prune", "-keep", str(keep), *more)
         if not self.fast_exists:

@@ -218,12 +218,12 @@ def test_status_fails_on_a_disk_error_while_checking_a_save(
 ) -> None:
     """An I/O error is the store failing, as on S3: exit 1, not a "faulty" save."""
     hf_save(root / "exec/A", 5)
-    from publish.stores import posix_files
+    from publish.files import fileio
 
     def failing(fd: int, limit: int) -> bytes:
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-    monkeypatch.setattr(posix_files, "read_at_most", failing)
+    monkeypatch.setattr(fileio, "read_at_most", failing)  # the POSIX store's bounded reader
     r = run_cli("status", "-checkpoint", str(root))
     assert (
         r.code == 1
