@@ -390,3 +390,47 @@ def test_on_slurm_a_signal_is_passed_on_and_the_job_requeued_only_while_it_runs(
         assert err[-1] == "run: asked Slurm to requeue job 5"
     else:
         assert "run: job 5 is COMPLETING: not requeued" in err
+
+
+def test_a_plain_run_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """run -framework hf without -mirror, -requeue or -orphans loads no other framework's module, nothing of
+    the mirror or of the idle count, not the store protocol, the removal walks or the bounded reader (its
+    start-up target: bench/run_lag.py, docs/perf-run.md)."""
+    import subprocess
+
+    root = tmp_path / "root"
+    save = root / "exec/1/checkpoint-100"
+    save.mkdir(parents=True)
+    (root / "pub").mkdir()
+    (root / "pub" / layout.name(0, 100, "exec/1/checkpoint-100")).write_bytes(b"")
+    code = (
+        "import sys\n"
+        "from publish.cli import main\n"
+        f"argv = ['run', '-checkpoint', {str(root)!r}, '-framework', 'hf', '-attempt', 'A', '-interval', '1h',"
+        " '--', 'true']\n"
+        "status = main(argv, {'PATH': '/usr/bin:/bin'}, sys.stdout, sys.stderr)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('publish.')))\n"
+        "sys.exit(status)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=base_env(), capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    import ast
+
+    loaded = set(ast.literal_eval(r.stdout.splitlines()[-1]))
+    assert "publish.verbs.run" in loaded and "publish.frameworks" in loaded  # it did run
+    never = {
+        "publish.frameworks.dcp",
+        "publish.frameworks.deepspeed",
+        "publish.frameworks.lightning",
+        "publish.frameworks.snapshot",
+        "publish.verbs.mirror",
+        "publish.verbs.pending",
+        "publish.verbs.idle",
+        "publish.stores.base",
+        "publish.files.walks",
+        "publish.files.fileio",
+        "publish.stores.transfer",
+    }
+    assert not loaded & never, sorted(loaded & never)
