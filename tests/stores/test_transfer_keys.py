@@ -126,8 +126,8 @@ def test_threads_refused_by_the_same_key_resolve_the_source_once(
 
     def rotate(req: Seen) -> None:
         if not r.rotated.is_set():
+            r.rotated.set()  # later requests are refused, each answered once the new key is written
             r.write_new_key()
-            r.rotated.set()
 
     gate = RefuseKey(together=4)  # the first four refusals are answered together
     fault_proxy.add(Then(rotate, gate), match=_first_put, times=1)  # the very first PUT rotates
