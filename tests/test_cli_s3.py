@@ -394,3 +394,25 @@ def test_https_endpoint_through_an_https_proxy(
         )
         assert r.code == 0, r.err
         assert proxy.connects and all(c.endswith(front.endpoint.rsplit(":", 1)[1]) for c in proxy.connects)
+
+
+def test_one_slowdown_on_the_manifest_put_is_waited_out(
+    weed: Weed, tmp_path: Path, fault_proxy: FaultProxy
+) -> None:
+    """Issue #31, "One 503 SlowDown throws a finished upload away": the manifest's PUT goes through the same
+    retry policy as every other request, so `publish` on an S3 root answered 503 SlowDown to it sends it
+    again and publishes (on the code before: exit 1, no entry)."""
+    root = proxied(weed, tmp_path, fault_proxy)
+    root.put("exec/A/c/x", b"abc")
+    slow = fault_proxy.add(
+        Respond(503, "SlowDown", "Please reduce your request rate."),
+        match=lambda r: r.kind == "PUT" and "/man/" in r.path,
+        times=1,
+    )
+    r = root.run("publish", f"{root.url}/exec/A/c", "1")
+    assert (r.code, r.err) == (0, "")
+    assert r.out == published_line(root, 0, 1, "exec/A/c") + "\n"
+    name = layout.name(0, 1, "exec/A/c")
+    assert slow.used == 1
+    assert root.entries() == [name]
+    assert root.keys("man/") == [f"man/{name}"]

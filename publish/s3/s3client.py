@@ -4,10 +4,11 @@ ListObjectsV2, GET (with a size cap), HEAD, PUT (plain and ``If-None-Match: *``)
 ListMultipartUploads, ListParts and AbortMultipartUpload (for ``prune -orphans``); a PUT of file bytes and
 CreateMultipartUpload, UploadPart and CompleteMultipartUpload (for publish.stores.transfer), each body sent
 from the caller's buffer with its CRC32 for the store to check.
-Every request gets the time left before the :class:`Deadline` handed to it (the client keeps none).  Idempotent
-requests are retried on a dropped connection, 500, 502, 503, 504 and SlowDown with jittered exponential
-backoff while time is left; any other error fails at once as :class:`StoreError` ``"<operation> <key>:
-<code>: <message>"``.  Time, sleep and randomness are parameters, so tests are deterministic.
+Every request gets the time left before the :class:`Deadline` handed to it (the client keeps none).  Every
+request goes through the one retry loop (publish.s3.s3retry): sent again on a dropped connection, 500, 502,
+503, 504 and SlowDown with jittered exponential backoff while time is left; any other error fails at once as
+:class:`StoreError` ``"<operation> <key>: <code>: <message>"`` (docs/s3.md lists each request and its rule).
+Time, sleep and randomness are parameters, so tests are deterministic.
 """
 
 from __future__ import annotations
@@ -18,11 +19,22 @@ import time
 
 from publish import redact
 from publish.deadline import UNBOUNDED
-from publish.errors import StoreError
+from publish.errors import PublishError, StoreError
 from publish.hashing import md5_digest, sha256_hex
 from publish.http import net
 from publish.s3 import s3xml, sigv4
-from publish.s3.s3retry import Answer, Clock, Counts, Policy, jitter, refused, retrying, time_left, timed_out
+from publish.s3.s3retry import (
+    REFUSED_CODES,
+    Answer,
+    Clock,
+    Counts,
+    Policy,
+    jitter,
+    refused,
+    retrying,
+    time_left,
+    timed_out,
+)
 from publish.s3.s3xml import Listing
 
 # Only modules already loaded, or built into the interpreter, at import: every one an S3 verb imports costs its
@@ -54,7 +66,7 @@ SMALL_LIMIT = net.ERROR_LIMIT
 #: Keys per DeleteObjects request, and per LIST page.
 BATCH = 1000
 #: Codes that mean the credentials were refused: renewed once when a renewer is given.
-REFUSED = frozenset(("ExpiredToken", "InvalidAccessKeyId"))
+REFUSED = REFUSED_CODES
 #: What a conditional PUT hands back: 412 (already there), besides what the conditional policy adds.
 _CONDITIONAL = Policy(ok=frozenset((412,)), conditional=True)
 
@@ -72,11 +84,59 @@ CHECKSUM = "x-amz-checksum-crc32"
 UNSIGNED = "UNSIGNED-PAYLOAD"
 
 
+class Keys:
+    """The credentials a client and its forks sign with, and their renewal, one at a time for all of them.
+
+    ``state`` is (credentials, generation), replaced whole.  :meth:`refresh` is called by a request the store
+    refused, with the generation it was signed with: the first such caller resolves the sources again (under
+    the lock, so the others wait for it); a caller whose generation is older than the current one was refused
+    credentials already renewed, and is sent again with the current ones without resolving anything.  So the
+    eight threads of an upload refused by the same old key cause one resolution of ``-creds`` (one Vault
+    login), not eight, and an abort sent after them signs with what that resolution gave."""
+
+    __slots__ = ("state", "renew", "_lock", "_failed")
+
+    def __init__(self, creds: Credentials, renew: Renew | None) -> None:
+        self.state: tuple[Credentials, int] = (creds, 0)
+        self.renew = renew
+        self._lock = _thread.allocate_lock()
+        self._failed: tuple[int, PublishError] | None = None  # the generation a renewal failed to replace
+
+    def refresh(self, seen: int, code: str) -> None:
+        """Renew the credentials of generation ``seen``, refused with ``code``, unless that was done already
+        (a renewal that failed then fails every request refused with them, without being tried again)."""
+        assert self.renew is not None
+        with self._lock:
+            creds, generation = self.state
+            if generation != seen:
+                failed = self._failed
+                if failed is not None and failed[0] == generation:
+                    raise failed[1]
+                return
+            try:
+                new = self.renew(code)
+                if new.endpoint.rstrip("/") != creds.endpoint.rstrip("/"):
+                    raise StoreError(
+                        "the credentials source now names another endpoint "
+                        f"({new.endpoint}, was {creds.endpoint})"
+                    )
+                if new.region != creds.region:
+                    raise StoreError(
+                        f"the credentials source now names another region ({new.region}, was {creds.region})"
+                    )
+            except PublishError as e:
+                self._failed = (generation + 1, e)
+                self.state = (creds, generation + 1)
+                raise
+            self.state = (new, generation + 1)
+
+
 class S3Client:
     """Requests to one bucket at ``creds.endpoint``.  Thread-safe: requests are sent one at a time.
 
     ``renew(code)`` is called when the store refuses the credentials (ExpiredToken, InvalidAccessKeyId): it
     returns new credentials (for the same endpoint and region) and the request is sent once more with them.
+    A client and its forks share their credentials and renew them once for all (:class:`Keys`).
     """
 
     def __init__(
@@ -93,10 +153,10 @@ class S3Client:
         rand: Callable[[], float] = jitter,
         now: Callable[[], datetime.datetime | float] = time.time,
         connector: net.Connector | None = None,
+        keys: Keys | None = None,
     ) -> None:
-        self.creds = creds
+        self.keys = keys or Keys(creds, renew)
         self.bucket = bucket
-        self.renew = renew
         self._options = (proxy, env, cafile)
         self.clock = clock
         self.sleep = sleep
@@ -109,6 +169,11 @@ class S3Client:
         #: Requests sent, by operation (list, get, head, put, delete, delete-objects), resends included.
         self.sent: dict[str, int] = Counts()
         self._lock = _thread.allocate_lock()
+
+    @property
+    def creds(self) -> Credentials:
+        """The credentials requests are signed with now."""
+        return self.keys.state[0]
 
     # -- time
 
@@ -126,8 +191,8 @@ class S3Client:
         self.conn.close()
 
     def fork(self) -> S3Client:
-        """Another client of the same bucket with the same credentials, renewer and time, over a connection of
-        its own: one for each thread that sends at the same time as others."""
+        """Another client of the same bucket with the same credentials (shared: renewed once for both), renewer
+        and time, over a connection of its own: one for each thread that sends at the same time as others."""
         proxy, env, cafile = self._options
         return S3Client(
             self.creds,
@@ -135,12 +200,12 @@ class S3Client:
             proxy=proxy,
             env=env,
             cafile=cafile,
-            renew=self.renew,
             clock=self.clock,
             sleep=self.sleep,
             rand=self.rand,
             now=self.now,
             connector=self.conn.clone(),
+            keys=self.keys,
         )
 
     # -- one request
@@ -166,9 +231,10 @@ class S3Client:
         target = sigv4.encode_path(path) + (f"?{sigv4.encode_query(query)}" if query else "")
         renewed = False
         while True:
+            creds, generation = self.keys.state
             hdrs = {"host": self.conn.host_header, **(headers or {})}
             digest = payload or sha256_hex(bytes(body))  # bytes of bytes: the same object
-            signed = sigv4.sign_s3(method, path, query, hdrs, digest, self.creds, self.now())
+            signed = sigv4.sign_s3(method, path, query, hdrs, digest, creds, self.now())
             self.sent[op] += 1
             try:
                 resp = self.conn.request(
@@ -192,18 +258,22 @@ class S3Client:
                     and resp.status in (400, 403)
                     and answer.code in ("BadRequest", "Forbidden")
                 ):
-                    answer.code, answer.message = self._code_for_head(key, answer, deadline)
-            if answer.code in REFUSED and self.renew is not None and not renewed:
-                self._renew(answer.code)
+                    answer.code, answer.message = self._code_for_head(key, creds, answer, deadline)
+            if answer.code in REFUSED and self.keys.renew is not None and not renewed:
+                self.keys.refresh(generation, answer.code)
                 renewed = True
                 continue
             return answer
 
-    def _code_for_head(self, key: str | None, answer: Answer, deadline: Deadline) -> tuple[str, str]:
-        """A HEAD error has no body; ask with a one-byte GET so a refusal of the credentials is recognised."""
+    def _code_for_head(
+        self, key: str | None, creds: Credentials, answer: Answer, deadline: Deadline
+    ) -> tuple[str, str]:
+        """A HEAD error has no body; ask with a one-byte GET (signed as the HEAD was) so a refusal of the
+        credentials is recognised.  Sent once, outside the retry loop: it only names the HEAD's error, and
+        when it fails the HEAD's own answer stands, for the loop around the HEAD to retry or fail."""
         path = f"/{self.bucket}/{key}"
         hdrs = {"host": self.conn.host_header, "range": "bytes=0-0"}
-        signed = sigv4.sign_s3("GET", path, (), hdrs, sigv4.EMPTY_SHA256, self.creds, self.now())
+        signed = sigv4.sign_s3("GET", path, (), hdrs, sigv4.EMPTY_SHA256, creds, self.now())
         self.sent["get"] += 1
         try:
             resp = self.conn.request(
@@ -218,19 +288,6 @@ class S3Client:
         if resp.status < 300:
             return answer.code, answer.message
         return s3xml.error_of(resp.status, resp.headers, resp.body)
-
-    def _renew(self, code: str) -> None:
-        assert self.renew is not None
-        new = self.renew(code)
-        if new.endpoint.rstrip("/") != self.creds.endpoint.rstrip("/"):
-            raise StoreError(
-                f"the credentials source now names another endpoint ({new.endpoint}, was {self.creds.endpoint})"
-            )
-        if new.region != self.creds.region:
-            raise StoreError(
-                f"the credentials source now names another region ({new.region}, was {self.creds.region})"
-            )
-        self.creds = new
 
     def _idempotent(
         self,
@@ -363,10 +420,20 @@ class S3Client:
 
     def abort_upload(self, key: str, upload_id: str, *, deadline: Deadline = UNBOUNDED) -> bool:
         """AbortMultipartUpload: True when this call aborted it, False when there was no such upload (404
-        NoSuchUpload: completed or aborted meanwhile, or by a first send whose answer was lost)."""
+        NoSuchUpload: completed or aborted meanwhile, or by a first send whose answer was lost).  Retried as
+        every request, and, when the client renews its credentials, after their refusal too (``rekey``)."""
+        query = [("uploadId", upload_id)]
+        # With a renewer, a refusal of the credentials is sent again (renewing them each time) while time is
+        # left: the keys may be rotated away before the new ones are written, and an abort given up leaves
+        # the upload's parts stored until a sweep.
+        policy = Policy(ok=frozenset((404,)), rekey=self.keys.renew is not None)
         with self._lock:
-            a = self._idempotent(
-                "abort", key, key, "DELETE", [("uploadId", upload_id)], ok=(404,), deadline=deadline
+            a = self._retrying(
+                lambda: self._send("abort", key, key, "DELETE", query, deadline=deadline),
+                policy,
+                deadline,
+                "abort",
+                key,
             )
         if a.status == 404:
             if a.code == "NoSuchUpload":
@@ -424,22 +491,13 @@ class S3Client:
         return a.headers
 
     def put(self, key: str, body: bytes = b"", *, deadline: Deadline = UNBOUNDED) -> None:
-        """A plain PUT, sent once."""
+        """A plain PUT (a manifest, the probe object), through the retry loop as every idempotent request: the
+        same bytes to the same key, unconditionally, so a resend after a lost answer or a 503 leaves the object
+        exactly as one send would, and a writer that raced it wrote the same bytes (a manifest's are decided by
+        its entry's name and its save's files; a probe's key holds random hex)."""
+        headers = {"content-length": str(len(body))}
         with self._lock:
-            try:
-                a = self._send(
-                    "put",
-                    key,
-                    key,
-                    "PUT",
-                    headers={"content-length": str(len(body))},
-                    body=body,
-                    deadline=deadline,
-                )
-            except net.NetError as e:
-                raise StoreError(str(e), op="put", thing=self.where(key)) from None
-        if a.status >= 300:
-            raise refused("put", self.where(key), a)
+            self._idempotent("put", key, key, "PUT", headers=headers, body=body, deadline=deadline)
 
     def put_if_absent(self, key: str, body: bytes = b"", *, deadline: Deadline = UNBOUNDED) -> bool:
         """PUT with ``If-None-Match: *``: True when this call created the object, False when it was there.

@@ -3,7 +3,9 @@
 Modelled on restic's backend_retry wrapper: every request the client sends goes through :func:`retrying`,
 which calls ``send`` until an answer settles it.  A dropped connection, 500, 502, 503, 504 and SlowDown are
 sent again with jittered exponential backoff while time is left; a conditional PUT answered 409
-ConditionalRequestConflict waits :data:`CONFLICT_WAITS` between sends; anything else is handed back or fails.
+ConditionalRequestConflict waits :data:`CONFLICT_WAITS` between sends; a clean-up that must not be left
+undone (``rekey``) is also sent again, with the same backoff, after a refusal of the credentials, each send
+renewing them; anything else is handed back or fails.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
 #: Statuses and codes worth sending an idempotent request again for.
 RETRY_STATUS = frozenset((500, 502, 503, 504))
 RETRY_CODES = frozenset(("SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout"))
+#: Codes that mean the store refused the credentials (the client renews them, :class:`Policy` ``rekey``).
+REFUSED_CODES = frozenset(("ExpiredToken", "InvalidAccessKeyId"))
 #: Waits between the sends of a conditional PUT answered 409 ConditionalRequestConflict (seconds).
 CONFLICT_WAITS = ((0.05, 0.1), (0.1, 0.2), (0.2, 0.4))
 CONFLICT_CODES = frozenset(("ConditionalRequestConflict", "OperationAborted", "Conflict"))
@@ -57,13 +61,19 @@ class Policy:
 
     ``ok``: statuses besides 2xx.  ``conditional``: a PUT with ``If-None-Match: *``: 409 conflicts wait and are
     sent again up to ``len(CONFLICT_WAITS)`` more times, 501 and NotImplemented are handed back, and a body
-    over its cap is not sent again."""
+    over its cap is not sent again.  ``rekey``: a refusal of the credentials (:data:`REFUSED_CODES`), which the
+    send already renewed once, is backed off and sent again while time is left, as a 503 is: for the abort of
+    a multipart upload, whose refusal by a key rotated away would leave the upload behind until a sweep,
+    while the new key is still being written."""
 
-    __slots__ = ("ok", "conditional")
+    __slots__ = ("ok", "conditional", "rekey")
 
-    def __init__(self, ok: frozenset[int] = frozenset(), conditional: bool = False) -> None:
+    def __init__(
+        self, ok: frozenset[int] = frozenset(), conditional: bool = False, rekey: bool = False
+    ) -> None:
         self.ok = ok
         self.conditional = conditional
+        self.rekey = rekey
 
 
 class Clock:
@@ -187,7 +197,7 @@ def retrying(send: Callable[[], Answer], policy: Policy, clock: Clock, op: str, 
                     raise refused(op, thing, a)
                 clock.sleep(wait)
                 continue
-        if a.status in RETRY_STATUS or a.code in RETRY_CODES:
+        if a.status in RETRY_STATUS or a.code in RETRY_CODES or (policy.rekey and a.code in REFUSED_CODES):
             backoff(f"{a.code}: {a.message}" if a.message else a.code)
             continue
         raise refused(op, thing, a)

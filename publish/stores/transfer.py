@@ -13,6 +13,11 @@ of the parts'.  Every object's size is read back (one LIST of the save, a HEAD f
 save that is one file).  The SHA-256 of each whole file is computed from the bytes read and returned.  A file
 whose size, mtime or ctime changes while it is read, or that holds more or fewer bytes than its size, is an
 error naming it.
+
+Every request goes through the client's one retry policy.  The threads' clients are forks of the store's and
+share its credentials (publish.s3.s3client.Keys): threads refused by the same old key resolve ``-creds`` once
+for all of them, and the aborts after a failure sign with what that resolution gave, sent again (renewing the
+keys each time) while :data:`ABORT_TIME` lasts, so keys rotated away mid-upload leave no upload open.
 """
 
 from __future__ import annotations
@@ -545,8 +550,8 @@ def _verify(run: _Run) -> None:
 
 
 def _abort(run: _Run) -> None:
-    """Abort every multipart upload this run started and did not complete; failures pass (prune -orphans
-    aborts what is left)."""
+    """Abort every multipart upload this run started and did not complete, with the credentials the threads
+    renewed (the store's client shares them); failures pass (prune -orphans aborts what is left)."""
     left = run.dl.left()
     dl = Deadline(ABORT_TIME if left is None or left <= 0 else min(left, ABORT_TIME) + 1.0)
     client = run.dst.client

@@ -11,6 +11,7 @@ from publish import layout
 from tests.conftest import Watch, remember_secret, run_cli
 from tests.support import dcp_shapes
 from tests.support.fault_proxy import FaultProxy, Respond
+from tests.support.netfixtures import Proxy
 from tests.support.s3roots import client
 from tests.support.servers import Weed
 from tests.support.vault_server import Bao
@@ -147,3 +148,54 @@ def test_other_verbs_fail_on_the_first_refusal(
     assert r.code == 1
     assert "resolving the sources again" not in r.err
     assert r.err.startswith("publish: store: ") and "ExpiredToken" in r.err
+
+
+def test_a_mirror_upload_refused_by_rotated_keys_logs_in_once(
+    weed: Weed, bao: Bao, tmp_path: Path, recording_proxy: Proxy, fault_proxy: FaultProxy
+) -> None:
+    """Issue #31, "Each of the 8 upload threads also re-reads the sources on its own (9 logins per rotation
+    for a `vault:` source)": the secret is rotated in OpenBao, then the store refuses the old key while the
+    eight threads of run -mirror's upload send with it.  One login serves them all: two AppRole logins in the
+    whole run (the start, the rotation), one "resolving the sources again", and the save is mirrored whole
+    (on the code before: a login and a warning for each thread refused)."""
+    import threading
+
+    from tests.support.fault_proxy import Action, ProxyHandler, RefuseKey
+    from tests.support.netfixtures import Seen
+    from tests.support.trainer_saves import hf_save
+
+    s = Setup(weed, bao, tmp_path, endpoint=fault_proxy.endpoint)
+    via = "&proxy=" + recording_proxy.url.replace(":", "%3A").replace("/", "%2F")
+    creds = s.creds + via
+    fast = tmp_path / "fast"
+    folder = hf_save(fast / "exec" / "a", 1)
+    for i in range(8):
+        (folder / f"shard-{i}.bin").write_bytes(bytes([i]) * (1000 + i))
+    new = s.new_key()
+    weed.set_identity("next-" + s.identity, *new)  # the store accepts the new key from the start
+    rotated = threading.Event()
+    gate = RefuseKey(together=4)  # the first four refusals are answered together
+
+    class Rotate(Action):
+        """The first PUT of the upload: the secret is rotated, then the store refuses the old key."""
+
+        def handle(self, proxy: FaultProxy, h: ProxyHandler, req: Seen) -> None:
+            rotated.set()  # the requests after this one are refused, each answered once the secret is written
+            s.write_vault(*new)
+            gate.handle(proxy, h, req)
+
+    fault_proxy.add(
+        Rotate(), match=lambda r: r.method == "PUT" and "x-amz-checksum-crc32" in r.headers, times=1
+    )
+    fault_proxy.add(gate, match=RefuseKey.signed_with(s.key[0], rotated.is_set))
+    r = run_cli(
+        "run", "-checkpoint", str(fast), "-mirror", s.url, "-creds", creds,
+        "-framework", "hf", "-interval", "1h", "-attempt", "a", "--", "true",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    logins = [p for p in recording_proxy.paths() if p == ("POST", "/v1/auth/approle/login")]
+    assert len(logins) == 2
+    assert r.err.count("resolving the sources again") == 1
+    assert gate.refused >= 4
+    keys = s.s3.list_objects_v2(Bucket=s.bucket, Prefix=f"{s.prefix}/pub/").get("KeyCount", 0)
+    assert keys == 1

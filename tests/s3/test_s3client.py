@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
+import zlib
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from publish.deadline import Deadline
 from publish.errors import StoreError
 from publish.s3.s3client import GET_LIMIT, S3Client
 from tests.support.fault_proxy import Drop, FaultProxy, ForwardThenDrop, Respond, Stall
+from tests.support.netfixtures import Seen
 from tests.support.servers import S3Server, Weed
 
 pytestmark = pytest.mark.s3
@@ -312,12 +314,82 @@ def test_retries_are_bounded_without_a_deadline(weed: Weed, fault_proxy: FaultPr
     assert fault_proxy.count("GET") == 8
 
 
-def test_a_plain_put_is_not_sent_twice(weed: Weed, fault_proxy: FaultProxy) -> None:
+def _is(method: str, *, query: str = "", without: tuple[str, ...] = (), header: str = "") -> Any:
+    """A predicate on the proxy's requests: this method, this query parameter (or none of ``without``)."""
+
+    def match(r: Seen) -> bool:
+        return (
+            r.method == method
+            and (not query or query in r.query)
+            and not any(w in r.query for w in without)
+            and (not header or header in r.headers)
+            and "if-none-match" not in r.headers
+        )
+
+    return match
+
+
+#: Every request the client sends, by operation: how to pick it out of the proxy's requests.
+KINDS = {
+    "put": _is("PUT", without=("partNumber", "uploadId")),
+    "put-if-absent": lambda r: r.kind == "PUT_IF_NONE_MATCH",
+    "get": _is("GET", without=("list-type", "uploads", "uploadId", "range")),
+    "get-range": lambda r: r.method == "GET" and "range" in r.headers,
+    "head": _is("HEAD"),
+    "list": lambda r: r.kind == "LIST",
+    "delete": _is("DELETE", without=("uploadId",)),
+    "delete-objects": lambda r: r.kind == "DELETE_OBJECTS",
+    "list-uploads": _is("GET", query="uploads"),
+    "list-parts": _is("GET", query="uploadId"),
+    "abort": _is("DELETE", query="uploadId"),
+    "create-upload": _is("POST", query="uploads"),
+    "upload-part": _is("PUT", query="partNumber"),
+    "complete-upload": _is("POST", query="uploadId"),
+    "put-bytes": _is("PUT", without=("partNumber",), header="x-amz-checksum-crc32"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_request_is_sent_again_after_a_slowdown(weed: Weed, fault_proxy: FaultProxy, kind: str) -> None:
+    """Issue #31, "One 503 SlowDown throws a finished upload away": every request the client sends goes through
+    the one retry policy, so one 503 SlowDown on any of them is waited out and sent again, never the end of
+    the command.  (On the code before, the plain PUT a manifest is written with failed at once.)"""
+    from publish.stores.transfer import crc_text
+
     c, p = client(weed, fault_proxy.endpoint, sleep=Waits())
-    fault_proxy.add(Respond(503, "SlowDown"), kind="PUT", times=1)
-    with pytest.raises(StoreError, match="SlowDown"):
-        c.put(f"{p}/probe", b"x")
-    assert fault_proxy.count("PUT") == 1
+    s3 = weed.client()
+    key = f"{p}/man/00000000000000000001-00000000000000000002-AB"
+    s3.put_object(Bucket=c.bucket, Key=key, Body=b"manifest bytes\n")
+    body = b"part bytes"
+    crc = crc_text(zlib.crc32(body))
+    upload = (
+        c.create_upload(f"{p}/big")
+        if kind in ("list-parts", "abort", "upload-part", "complete-upload")
+        else ""
+    )
+    etag = c.upload_part(f"{p}/big", upload, 1, body, crc) if kind == "complete-upload" else ""
+    fault_proxy.add(Respond(503, "SlowDown", "Reduce your request rate."), match=KINDS[kind], times=1)
+    call = {
+        "put": lambda: c.put(key, b"manifest bytes\n") is None,
+        "put-if-absent": lambda: c.put_if_absent(f"{p}/pub/e") is True,
+        "get": lambda: c.get(key) == b"manifest bytes\n",
+        "get-range": lambda: c.get_range(key, 9, 5) == b"bytes",
+        "head": lambda: c.head(key) is not None,
+        "list": lambda: c.list(f"{p}/man/").keys == [key],
+        "delete": lambda: c.delete(key) is None,
+        "delete-objects": lambda: c.delete_objects([key]) is None,
+        "list-uploads": lambda: c.list_uploads(f"{p}/") == [],
+        "list-parts": lambda: c.list_parts(f"{p}/big", upload) == [],
+        "abort": lambda: c.abort_upload(f"{p}/big", upload) is True,
+        "create-upload": lambda: bool(c.create_upload(f"{p}/big")),
+        "upload-part": lambda: bool(c.upload_part(f"{p}/big", upload, 1, body, crc)),
+        "complete-upload": lambda: c.complete_upload(f"{p}/big", upload, [(etag, crc)]) is not None,
+        "put-bytes": lambda: bool(c.put_bytes(f"{p}/small", body, crc)),
+    }[kind]
+    assert call()
+    assert (
+        sum(1 for r in fault_proxy.seen if KINDS[kind](r)) == 2
+    )  # the refused send, and the one that landed
 
 
 @pytest.mark.parametrize("kind", ["LIST", "GET", "PUT_IF_NONE_MATCH"])

@@ -231,3 +231,55 @@ class FaultProxy:
         self.stopping.set()
         self.server.shutdown()
         self.server.server_close()
+
+
+class Throttle(Action):
+    """Answer 503 SlowDown to a fraction of the requests it is given, the others forwarded: which ones is
+    drawn from ``random.Random(seed)`` in the order they arrive, and at most ``limit`` are refused, so a
+    client that retries always gets through.  ``refused`` counts them."""
+
+    def __init__(self, fraction: float, seed: int, limit: int) -> None:
+        import random
+
+        self.fraction = fraction
+        self.draw = random.Random(seed)
+        self.limit = limit
+        self.refused = 0
+        self.lock = threading.Lock()
+
+    def handle(self, proxy: FaultProxy, h: ProxyHandler, req: Seen) -> None:
+        with self.lock:
+            slow = self.refused < self.limit and self.draw.random() < self.fraction
+            self.refused += slow
+        if slow:
+            Respond(503, "SlowDown", "Please reduce your request rate.").handle(proxy, h, req)
+        else:
+            proxy.forward(h, req)
+
+
+class RefuseKey(Action):
+    """Answer 403 InvalidAccessKeyId, as a store does to a key rotated away; add it with
+    ``match=RefuseKey.signed_with(key_id)``.  The first ``together`` refusals are held until that many
+    requests wait (or 10 s passed), so that many senders are refused by the same key at once.  ``refused``
+    counts the refusals."""
+
+    def __init__(self, together: int = 1) -> None:
+        self.together = threading.Barrier(together, timeout=10) if together > 1 else None
+        self.refused = 0
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def signed_with(key_id: str, when: Callable[[], bool] = lambda: True) -> Callable[[Seen], bool]:
+        """A predicate: the request is signed with ``key_id`` (and ``when()`` holds)."""
+        return lambda r: f"Credential={key_id}/" in r.headers.get("authorization", "") and when()
+
+    def handle(self, proxy: FaultProxy, h: ProxyHandler, req: Seen) -> None:
+        if self.together is not None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                self.together.wait()
+            self.together.abort()  # held once: every later refusal is answered at once
+        with self.lock:
+            self.refused += 1
+        Respond(403, "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist.").handle(
+            proxy, h, req
+        )

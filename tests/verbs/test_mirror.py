@@ -694,3 +694,39 @@ def test_run_on_a_node_without_the_root_resumes_from_the_mirror(s3_server: Any, 
     assert f"run: created {t.fast}" in r.err
     assert [layout.parse(e).step for e in t.fast_entries()] == [6]
     assert sorted(layout.parse(e).step for e in t.mirror.entries()) == [5, 6]
+
+
+@pytest.mark.parametrize(("verb", "fraction"), [("run", 0.25), ("watch", 0.6)])
+def test_mirroring_through_a_store_that_throttles(
+    weed: Any, tmp_path: Path, verb: str, fraction: float
+) -> None:
+    """Issue #31, "One 503 SlowDown throws a finished upload away": a front answers 503 SlowDown to the
+    mirror's manifest PUT and to a share of every other request (drawn from a fixed seed, at most 40 of
+    them).  run -mirror and watch -mirror wait each one out: they exit 0 with the 10 MiB save published on
+    the mirror, whole, no upload failed (on the code before: exit 1, the save not mirrored, uploaded again by
+    the next pass)."""
+    from tests.support.fault_proxy import FaultProxy, Respond, Throttle
+
+    proxy = FaultProxy(weed.endpoint)
+    try:
+        t = Tiers(weed, tmp_path, endpoint=proxy.endpoint)
+        t.save(1, files=1, size=10 * 1024 * 1024)
+        manifest = proxy.add(
+            Respond(503, "SlowDown", "Please reduce your request rate."),
+            match=lambda r: r.kind == "PUT" and "/man/" in r.path,
+            times=1,
+        )
+        throttle = Throttle(fraction, seed=31, limit=40)
+        proxy.add(throttle)
+        if verb == "run":
+            r = run_cli("run", *t.flags("-framework", "hf", "-interval", "1h", "-attempt", "a"), "--", "true")
+            code, err = r.code, r.err
+        else:
+            code, err, _ = t.watch_once()
+        assert code == 0, err
+        assert manifest.used == 1 and throttle.refused > 0
+        assert t.mirror.entries() == t.fast_entries() != []
+        assert all(t.whole_on_mirror(e) for e in t.mirror.entries())
+        assert "not mirrored" not in err and "SlowDown" not in err  # no upload failed, none was redone
+    finally:
+        proxy.stop()
