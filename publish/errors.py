@@ -26,6 +26,21 @@ class Failure(PublishError):
     """A run-time failure (exit 1): the root, a file that does not parse, a refused scheme."""
 
 
+class MissingRoot(Failure):
+    """A checkpoint root that does not exist: ``fact`` says so, naming it; the message adds the advice for a
+    new run (``publish init``), which a caller answering from another tier leaves out."""
+
+    def __init__(self, fact: str, init: str) -> None:
+        super().__init__(f"{fact}; {advice(init)}")
+        self.fact = fact
+        self.init = init
+
+
+def advice(init: str) -> str:
+    """The advice of a missing root: the ``publish init`` command that makes it."""
+    return f"for a new run, make it first: {init}"
+
+
 class CredentialsError(Failure):
     """A fault in ``-creds`` or what a source held: ``why``, and the ``source`` at fault as messages show it
     ('' when the fault is the list's as a whole).  The message is ``credentials: [source: ]why``.

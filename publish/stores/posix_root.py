@@ -7,7 +7,7 @@ from __future__ import annotations
 import _stat as stat  # stat's functions and constants themselves: stat.py is one more module to load
 import posix as os  # os's functions themselves (os.open is posix.open): importing os costs a sixth of a bare start
 
-from publish.errors import Failure, FileError
+from publish.errors import Failure, FileError, MissingRoot
 from publish.files import fsops
 from publish.layout import EXEC, PUB
 from publish.redact import shown
@@ -69,9 +69,9 @@ class RootDirs:
         try:
             return os.open(self.root, _ROOT_FLAGS)
         except FileNotFoundError:
-            raise Failure(
-                f"checkpoint root {shown(self.root)} does not exist; for a new run, make it first: "
-                f"publish init -checkpoint {shown(self.root)}"
+            raise MissingRoot(
+                f"checkpoint root {shown(self.root)} does not exist",
+                f"publish init -checkpoint {shown(self.root)}",
             ) from None
         except NotADirectoryError:
             raise Failure(f"checkpoint root {self.root} is not a directory") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from publish.errors import Failure, StoreError
+from publish.errors import Failure, MissingRoot, StoreError
 from publish.layout import EXEC, MAN, PUB, ROOT_OBJECT, S3_KEY_MAX, TOMB
 from publish.redact import shown
 from publish.s3.s3client import S3Client
@@ -77,9 +77,9 @@ class S3Store:
 
     def check_exists(self, dl: Deadline) -> None:
         if not self._holds_anything(dl):
-            raise Failure(
-                f"checkpoint root {shown(self.root)} does not exist: it holds no object (a typo in the prefix?); "
-                f"for a new run, make it first: publish init -checkpoint {shown(self.root)} -creds ..."
+            raise MissingRoot(
+                f"checkpoint root {shown(self.root)} does not exist: it holds no object (a typo in the prefix?)",
+                f"publish init -checkpoint {shown(self.root)} -creds ...",
             )
 
     def create_root(self, dl: Deadline) -> bool:

@@ -56,6 +56,7 @@ class Tiers:
         self.noted: set[str] = set()  # what was said once
         self.aborted_stale = False  # the stale multipart uploads were looked for
         self.failed = False  # an upload failed (said on stderr)
+        self.seen: list[str] = []  # the mirror's entry names at its last listing, and those published since
 
     # -- what is pending
 
@@ -67,7 +68,20 @@ class Tiers:
     def pending(self, dl: Deadline) -> list[layout.Entry]:
         """The pending entries, newest first: pub/ of the fast root, then of the mirror."""
         entries = layout.parse_all(self.fast.list_entries(dl), self.fast.location(PUB))
-        return self.pending_of(entries, self.mirror.list_entries(dl))
+        on_mirror = self.mirror.list_entries(dl)
+        self.seen = on_mirror
+        return self.pending_of(entries, on_mirror)
+
+    def unmirrored(self) -> int:
+        """How many of the fast root's entries are not known to be on the mirror, when the mirror cannot be
+        read: those pending at its last listing (every entry, when it was never listed); -1 when the fast
+        root cannot be read either."""
+        try:
+            dl = Deadline(self.timeout)
+            entries = layout.parse_all(self.fast.list_entries(dl), self.fast.location(PUB))
+            return len(self.pending_of(entries, self.seen))
+        except (PublishError, OSError):  # the root too: what is left is not known
+            return -1
 
     def protected(self, dl: Deadline, entries: list[layout.Entry]) -> set[str]:
         """The names of ``entries`` (the fast root's, as its prune read them) that its prune must keep: the
@@ -113,6 +127,7 @@ class Tiers:
         try:
             dl = until or Deadline(self.timeout)
             if mirror.exists(dl, f"{PUB}/{entry.name}"):
+                self.seen.append(entry.name)
                 return False  # mirrored meanwhile, by another node
             if not fast.holds(dl, entry.path):
                 self._once(
@@ -120,13 +135,11 @@ class Tiers:
                     "which does not exist: not mirrored"
                 )
                 return False
+            expect = _manifest_rows(dl, fast, entry.name)
             if until is None:
-                one = fast.size(dl, entry.path)
-                size = one if one is not None else sum(fast.sizes(dl, entry.path).values())
-                dl = Deadline(self.timeout + size / RATE_FLOOR)
+                dl = Deadline(self.timeout + _size(dl, fast, entry.path, expect) / RATE_FLOOR)
             from publish.stores.transfer import upload_save
 
-            expect = _manifest_rows(dl, fast, entry.name)
             rows = upload_save(dl, fast, entry.path, mirror, expect=expect)  # type: ignore[arg-type]
             from publish.verbs.publish import DOOMED, doomed_folders
 
@@ -139,7 +152,9 @@ class Tiers:
 
             mirror.write_manifest(dl, entry.name, manifest.encode(entry.name, rows))
             where = shown(mirror.location(entry.path))
-            if mirror.create_entry(dl, entry.name):
+            created = mirror.create_entry(dl, entry.name)
+            self.seen.append(entry.name)
+            if created:
                 self.say.out(f"published {entry.name} (epoch {entry.epoch}, step {entry.step}, {where})")
                 return True
             self.say.warn(f"{entry.name} already published (epoch {entry.epoch}, step {entry.step}, {where})")
@@ -161,6 +176,19 @@ class Tiers:
         if text not in self.noted:
             self.noted.add(text)
             self.say.warn(text)
+
+
+def _size(dl: Deadline, store: Store, path: str, rows: list[tuple[str, int, str | None]] | None) -> int:
+    """The bytes of the save at ``path``, for its upload's deadline: the manifest's sum, else the files'.
+    A save the walk refuses (a link inside it) counts 0: the upload refuses it too, and that one failure
+    names it (a save is named once, whatever pass meets it)."""
+    if rows is not None:
+        return sum(size for _, size, _ in rows)
+    try:
+        one = store.size(dl, path)
+        return one if one is not None else sum(store.sizes(dl, path).values())
+    except PublishError:
+        return 0
 
 
 def _manifest_rows(dl: Deadline, store: Store, name: str) -> list[tuple[str, int, str | None]] | None:
@@ -210,9 +238,11 @@ class Uploader:
             except Exception as e:
                 self.tiers.failed = True
                 text = shared.describe(e)
-                if text != last:
-                    again = "the next run or watch tries again" if final else "tried again every -interval"
-                    self.tiers.say.warn(f"mirror: {text} ({again})")
+                if final:  # the end's own line, even when an earlier pass said the same
+                    self.tiers.say.warn(f"mirror: {text} (the next run or watch tries again)")
+                    self.left = self.tiers.unmirrored()
+                elif text != last:
+                    self.tiers.say.warn(f"mirror: {text} (tried again every -interval)")
                 last = text
             if final:
                 return

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from publish import layout
-from publish.errors import Failure, UsageError
+from publish.errors import Failure, MissingRoot, UsageError, advice
 from publish.layout import EXEC, PUB
 from publish.redact import shown
 from publish.roots import S3Root
@@ -113,25 +113,34 @@ def resolve_tiers(
     """Print the newest save that exists whole on either tier (the fast root's when both have that epoch
     and step), and return it with its store; with ``verify``, each tier's answer is the newest of its
     saves that matches its manifest there.  A tier that fails is said and the other answers; both
-    failing is the fast root's failure.  A mirror nothing was ever written to holds nothing (the first
-    upload makes it), unless the fast root failed."""
+    failing is a Failure naming both.  A mirror nothing was ever written to holds nothing (the first
+    upload makes it), unless the fast root failed.  A missing root's advice (``publish init``) is given
+    only when both tiers are missing: a new run."""
     try:
         first: layout.Entry | None = newest_whole(dl, fast, say, verify)
     except Failure as e:
         try:
             entry = newest_whole(dl, mirror, say, verify)
-        except Failure:
-            raise e from None
-        say.warn(f"{e}: answering from the mirror")
+        except Failure as m:
+            if isinstance(e, MissingRoot) and isinstance(m, MissingRoot):  # a new run: the root is made first
+                raise Failure(f"{e.fact}; the mirror: {m.fact}; {advice(e.init)}") from None
+            raise Failure(f"{_fact(e)}; the mirror failed too: {_fact(m)}") from None
+        say.warn(f"{_fact(e)}: answering from the mirror")
         return _answer(say, mirror, entry, mirror)
     try:
         other = newest_whole(dl, mirror, say, verify, must_exist=False)
     except Failure as e:
-        say.warn(f"{e}: answering from the root")
+        say.warn(f"{_fact(e)}: answering from the root")
         return _answer(say, fast, first, mirror)
     if other is not None and (first is None or (other.epoch, other.step) > (first.epoch, first.step)):
         return _answer(say, mirror, other, mirror)
     return _answer(say, fast, first, mirror)
+
+
+def _fact(e: Failure) -> str:
+    """What failed, without a missing root's advice for a new run (the other tier answers, or failed
+    otherwise: the run is not new)."""
+    return e.fact if isinstance(e, MissingRoot) else str(e)
 
 
 def _answer(

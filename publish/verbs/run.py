@@ -189,11 +189,13 @@ def run(
         raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
     saves = f"{EXEC}/{attempt}"
     found: list[str] = []
+    source = store  # the tier the save resumed from was read on
     if tiers is None:
         resumed = resolve(dl, store, Say(found.append, say.warn))
     else:
         answer = resolve_tiers(dl, store, tiers.mirror, Say(found.append, say.warn))
         resumed = answer[1] if answer else None
+        source = answer[0] if answer else store
         if store.create_root(dl):  # node-local storage lost, or a new node: the mirror has the saves
             say.warn(f"run: created {shown(store.root)}")
     resume = found[0] if found else ""
@@ -201,7 +203,8 @@ def run(
     if requeue:  # a run without -requeue imports nothing of the idle count
         from publish.verbs.idle import Budget
 
-        budget = Budget(store, max_idle_requeues, resumed)
+        # with -mirror the marks are on both tiers: the count survives a lost root (publish.verbs.idle)
+        budget = Budget(store, max_idle_requeues, resumed, None if tiers is None else tiers.mirror, source)
     say.warn(f"run: resuming from {resume}" if resume else "run: no save to resume from")
 
     child_env = dict(env)
@@ -274,8 +277,9 @@ def run(
     fault = fault or scanner.fault or watcher.fault
     if tiers is not None:
         # The saves made before COMMAND exited, uploaded before the prune (which keeps those still pending).
-        uploader.finish(timeout)
-        fault = fault or uploader.fault
+        # uploads left unfinished within -timeout make the exit status non-zero, as a failed one does
+        finished = uploader.finish(timeout)
+        fault = fault or uploader.fault or not finished
         if isinstance(keep, Policy):
             keep.protect = tiers.protected
         if last is not None:
@@ -403,7 +407,7 @@ def _may_requeue(budget: Budget | None, say: Say, job: str) -> tuple[bool, bool]
     if budget is None:
         return True, False
     try:
-        return budget.allows(say, job), False
+        return budget.allows(say, job), budget.failed
     except Exception as e:
         say.warn(f"run: could not count the idle requeues ({describe(e)}): requeued all the same")
         return True, True

@@ -11,6 +11,7 @@ repeated trials at the end (marker slow) run each way a hand-written job is stop
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -21,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
+from tests.support.s3roots import Root
+from tests.support.servers import Weed
 from tests.support.slurm import KILL_WAIT, Run, Slurm, end, slurm, slurm_publish  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slurm
@@ -283,6 +286,79 @@ def test_a_trainer_that_never_saves_is_requeued_k_times_then_the_job_fails(
         "nothing (it had no save to resume from) (-max-idle-requeues 2); exiting non-zero, so the job ends FAILED"
     ) in log
     assert len([n for n in (run.root / "exec").iterdir() if n.name.startswith(".idle-")]) == 2
+
+
+def two_tier_recipe(tmp_path: Path, fast: Path, mirror: Root) -> Path:
+    """The README's two-tier job script (its fast root, mirror and -creds filled in) with
+    -max-idle-requeues 2, and first the loss of the node's local storage: each dispatch starts on a node
+    whose fast root is empty."""
+    block = (REPO / "README.md").read_text().split("## Two tiers: fast storage, mirrored to S3\n", 1)[1]
+    block = block.split("```bash\n", 1)[1].split("```\n", 1)[0]
+    lines = []
+    for line in block.splitlines():
+        name = line.split("=", 1)[0].removeprefix("export ")
+        value = {"CHECKPOINT": str(fast), "MIRROR": mirror.url, "CREDS": mirror.creds}.get(name)
+        lines.append(line if value is None else f"{line.split('=', 1)[0]}={value}")
+        if name == "CHECKPOINT":
+            lines.append('rm -rf "$CHECKPOINT"  # a new node: its local storage holds nothing')
+    body = "\n".join(lines).replace(" -requeue ", " -requeue -max-idle-requeues 2 ")
+    assert " -mirror " in body and " -max-idle-requeues 2 " in body, body
+    script = tmp_path / "slurm_two_tiers.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH --requeue --open-mode=append\n{body}\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_a_two_tier_trainer_that_never_saves_on_new_nodes_is_requeued_k_times_then_the_job_fails(
+    slurm: Slurm,  # noqa: F811
+    slurm_publish: Path,  # noqa: F811
+    weed: Weed,
+    tmp_path: Path,
+) -> None:
+    """Issue #31 item 1: the README's two-tier recipe, -max-idle-requeues 2, a trainer that crashes before
+    its first save, each dispatch on a node whose fast root is lost (rm -rf, run -mirror makes it again).
+    The save to resume from is on the mirror only (an earlier job's, on a node gone since). Dispatches 0
+    and 1 resume from it, publish nothing and are requeued, each leaving its mark on the mirror too;
+    dispatch 2 is not: the job ends FAILED. Before, a resume from the mirror was never counted idle, and a
+    lost fast root took its marks with it: the job was requeued for ever."""
+    fast = tmp_path / "nvme"
+    mirror = Root(weed, tmp_path)  # publish init of the mirror, once, when the run starts
+    make = (
+        f"import os, sys; sys.path.insert(0, {str(REPO)!r}); from pathlib import Path; "
+        "from tests.support.trainer_saves import hf_save; hf_save(Path(os.environ['PUBLISH_SAVES']), 5)"
+    )
+    r = run_cli("run", "-checkpoint", str(fast), "-mirror", mirror.url, "-creds", mirror.creds, "-framework",
+                "hf", "-attempt", "earlier", "--", sys.executable, "-c", make)  # fmt: skip
+    assert r.code == 0, r.err
+    shutil.rmtree(fast)  # that node is gone: the save is on the mirror only
+    saved = f"{mirror.url}/exec/earlier/checkpoint-5"
+    script = two_tier_recipe(tmp_path, fast, mirror)
+    run = Run(slurm, slurm_publish, tmp_path, script)
+    j = slurm.sbatch(f"--output={run.logs}/%j.out", f"--chdir={tmp_path}", "--ntasks=1", str(script), *CRASHES,
+                     env=run.env)  # fmt: skip
+    for restarts in range(3):
+        if restarts:
+            slurm.requeued(j, restarts, timeout=90)
+        else:
+            slurm.running(j)
+        slurm.wait_for(
+            lambda n=restarts: run.log(j).count("trainer: loading") > n,
+            60,
+            f"dispatch {restarts} to start; log:\n{run.log(j)}",
+        )
+        slurm.run("scancel", "-b", "--signal=TERM", j)
+    record = slurm.ended(j, timeout=90)
+    log = run.log(j)
+    assert (record["JobState"], record["Restarts"], record["ExitCode"]) == ("FAILED", "2", "1:0"), log
+    assert log.count(f"publish: run: resuming from {saved}") == 3, log
+    assert log.count(f"publish: run: created {fast}") == 3, log
+    assert log.count(f"publish: run: asked Slurm to requeue job {j}") == 2, log
+    assert "idle requeue 1 of at most 2 in a row" in log and "idle requeue 2 of at most 2 in a row" in log
+    assert (
+        f"publish: run: job {j} not requeued: this dispatch and the 2 before it, each requeued, published "
+        f"nothing newer than {saved} (-max-idle-requeues 2); exiting non-zero, so the job ends FAILED"
+    ) in log
+    assert len([k for k in mirror.keys("exec/") if k.startswith("exec/.idle-")]) == 2
 
 
 # --- repeated trials ----------------------------------------------------------------------------------------

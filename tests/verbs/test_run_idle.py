@@ -10,6 +10,7 @@ attempt names, or folders other jobs left. tests/jobs/test_slurm.py runs it on a
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -27,7 +28,9 @@ from publish.stores.posix import PosixStore
 from publish.verbs import Say
 from publish.verbs import run as run_verb
 from publish.verbs.idle import MARK, mark_prefix
+from publish.verbs.mirror import Tiers
 from tests.conftest import REPO, base_env, run_cli
+from tests.support.ports import dead_port
 from tests.support.s3roots import Root
 from tests.support.servers import Weed
 from tests.support.trainer_saves import hf_save
@@ -64,11 +67,13 @@ class Job(run_verb.Batch):
 
 def dispatch(
     store: Store, job: Job, command: list[str], *, k: int, attempt: str = "a", epoch: int = 1,
-    before_start: bool = False,
+    before_start: bool = False, mirror: Store | None = None,
 ) -> tuple[int, list[str], list[str]]:  # fmt: skip
-    """One dispatch: COMMAND started, then SIGTERM (or SIGTERM before it could start); (status, out, err)."""
+    """One dispatch: COMMAND started, then SIGTERM (or SIGTERM before it could start); (status, out, err).
+    ``mirror``: run -mirror's second tier."""
     out: list[str] = []
     err: list[str] = []
+    tiers = None if mirror is None else Tiers(store, mirror, Say(out.append, err.append), 30)
     signals = run_verb.Signals()
     if before_start:
         signals.note(signal.SIGTERM)
@@ -88,7 +93,7 @@ def dispatch(
         code = run_verb.run(
             UNBOUNDED, store, Say(out.append, err.append), FRAMEWORKS["hf"], attempt, epoch, command,
             env=base_env(), root=store.root, interval=3600, timeout=30, signals=signals, requeue=True,
-            launch=launch, batch=job, max_idle_requeues=k,
+            launch=launch, batch=job, max_idle_requeues=k, tiers=tiers,
         )  # fmt: skip
     finally:
         signals.close()
@@ -243,3 +248,99 @@ def test_on_s3_the_marks_are_objects_beside_the_attempts(weed: Weed, tmp_path: P
     code, _, err = dispatch(store, job, IDLE, k=1, attempt="5.1")
     assert (code, job.requeues) == (143, 1), err
     assert "run: job 5 not requeued: this dispatch and the 1 before it" in err[-1]
+
+
+# --- with -mirror: the count belongs to the job, not the node ----------------------------------------------
+
+
+class TwoTiers:
+    """A fast POSIX root (node-local storage: it can be lost between dispatches) and its S3 mirror; each
+    dispatch opens both afresh, as a new process on a new node does."""
+
+    def __init__(self, server: Weed, tmp: Path, endpoint: str | None = None) -> None:
+        self.fast = tmp / "fast"
+        self.mirror = Root(server, tmp, endpoint=endpoint, init=False)  # made by the first upload pass
+        PosixStore(str(self.fast)).create_root(Deadline(30))  # publish init of the fast root
+
+    def stores(self) -> tuple[Store, Store]:
+        fast = PosixStore(str(self.fast))
+        root = roots.parse_root(self.mirror.url, "/")
+        return fast, stores.open(root, env={}, deadline=1e12, creds=self.mirror.creds).store
+
+    def marks_on_mirror(self) -> list[str]:
+        return [k.removeprefix("exec/") for k in self.mirror.keys("exec/") if k.startswith("exec/" + MARK)]
+
+    def lose_fast_root(self) -> None:
+        """The node's local storage is gone (a new node): rm -rf of the fast root."""
+        shutil.rmtree(self.fast)
+
+
+def test_with_a_mirror_the_count_survives_a_lost_fast_root(weed: Weed, tmp_path: Path) -> None:
+    """Issue #31 item 1: the fast root, and its marks with it, is lost between dispatches (run -mirror makes
+    it again). The marks are on the mirror too, so the second dispatch is idle requeue 2, not 1 again, and
+    the third is refused: the job ends instead of being requeued for ever."""
+    t, job = TwoTiers(weed, tmp_path), Job()
+    for n in (1, 2):
+        fast, mirror = t.stores()
+        code, _, err = dispatch(fast, job, IDLE, k=2, attempt=f"5.{n - 1}", epoch=n, mirror=mirror)
+        assert (code, job.requeues) == (143, n), err
+        assert (
+            f"run: this dispatch published nothing (it had no save to resume from): idle requeue {n} of at most 2 in a row (-max-idle-requeues)"
+            in err
+        )
+        assert len(t.marks_on_mirror()) == n and set(marks(t.fast)) <= set(t.marks_on_mirror())
+        t.lose_fast_root()
+    fast, mirror = t.stores()
+    code, _, err = dispatch(fast, job, IDLE_CLEAN, k=2, attempt="5.2", epoch=3, mirror=mirror)
+    assert (code, job.requeues) == (1, 2), err
+    assert f"run: created {t.fast}" in err
+    assert err[-1] == (
+        "run: job 5 not requeued: this dispatch and the 2 before it, each requeued, published nothing "
+        "(it had no save to resume from) (-max-idle-requeues 2); exiting non-zero, so the job ends FAILED"
+    )
+
+
+def test_with_a_mirror_a_resume_from_a_save_only_the_mirror_holds_is_counted(
+    weed: Weed, tmp_path: Path
+) -> None:
+    """Issue #31 item 1: the save resumed from is on the mirror only (the node that made it is gone, then the
+    fast root holds no publication at all); a dispatch that adds nothing to it is idle, counted, and the
+    next one refused, where before each such dispatch was progress and requeued without a mark."""
+    t, job = TwoTiers(weed, tmp_path), Job()
+    fast, mirror = t.stores()
+    code, _, err = dispatch(fast, job, SAVES, k=1, attempt="5.0", epoch=1, mirror=mirror)  # progress: saved
+    assert (code, job.requeues) == (143, 1), err
+    assert [layout.parse(e).path for e in t.mirror.entries()] == ["exec/5.0/checkpoint-7"], err
+    saved = f"{t.mirror.url}/exec/5.0/checkpoint-7"
+    t.lose_fast_root()
+    for n in (1, 2):
+        fast, mirror = t.stores()
+        code, _, err = dispatch(fast, job, IDLE, k=1, attempt=f"5.{n}", epoch=n + 1, mirror=mirror)
+        assert f"run: resuming from {saved}" in err, err
+        assert code == 143, err
+    # the first was requeued with its mark (on both tiers), the second, resuming from the same save, was not
+    assert job.requeues == 2, err
+    assert err[-1] == (
+        f"run: job 5 not requeued: this dispatch and the 1 before it, each requeued, published nothing newer "
+        f"than {saved} (-max-idle-requeues 1); exiting non-zero, so the job ends FAILED"
+    )
+    [mark] = t.marks_on_mirror()
+    assert mark.startswith(mark_prefix(layout.parse(t.mirror.entries()[0]))) and marks(t.fast) == [mark]
+
+
+def test_with_a_mirror_that_fails_the_root_counts_alone_and_says_so(weed: Weed, tmp_path: Path) -> None:
+    """The union of the tiers' marks, with one tier refusing connections: the root's marks are counted and
+    the new one made there, the mirror's failure is named, and the exit status is 1 where COMMAND's was 0."""
+    t, job = TwoTiers(weed, tmp_path, endpoint=f"http://127.0.0.1:{dead_port()}"), Job()
+    fast, mirror = t.stores()
+    code, _, err = dispatch(fast, job, IDLE_CLEAN, k=2, attempt="5.0", mirror=mirror)
+    assert (code, job.requeues) == (1, 1), err
+    assert len(marks(t.fast)) == 1, err
+    assert [
+        e for e in err
+        if e.startswith(f"run: the idle marks in {t.mirror.url}/exec could not be read (") and e.endswith("): counted without them")
+    ], err  # fmt: skip
+    assert (
+        "run: this dispatch published nothing (it had no save to resume from): idle requeue 1 of at most 2 in a row (-max-idle-requeues)"
+        in err
+    )
