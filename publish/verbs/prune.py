@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from publish import layout
 from publish.deadline import Deadline
-from publish.errors import UsageError
-from publish.layout import MAN, PUB, TOMB
+from publish.errors import Failure, UsageError
+from publish.layout import EXEC, MAN, PUB, TOMB
 from publish.redact import shown
 from publish.verbs import Say, common, shared
 from publish.verbs.orphans import AGE, Orphans
@@ -67,12 +67,83 @@ class Policy:
         return False
 
 
-def split(entries: list[layout.Entry], keep: int | Policy) -> tuple[list[layout.Entry], list[layout.Entry]]:
+class Saves:
+    """Which saves exist, asked of the store as ``resolve`` asks it (Store.holds: one lstat through the
+    root's descriptor on POSIX, one LIST with max-keys=1 on S3), so retention and ``resolve`` agree by
+    construction.  Each path is asked at most once; a save found gone has its folders above it asked in
+    turn, and a folder that holds nothing answers for everything below it (an unmounted or emptied
+    ``exec/`` costs one question, not one per entry).  ``known``: answers already had (status asks every
+    publication's save anyway).  A fault of the store (a permission, an I/O error, a failing LIST) is
+    raised: "I cannot tell" is never taken for "gone"."""
+
+    __slots__ = ("dl", "store", "known")
+
+    def __init__(self, dl: Deadline, store: Store, known: dict[str, bool] | None = None) -> None:
+        self.dl = dl
+        self.store = store
+        self.known: dict[str, bool] = dict(known or {})
+
+    def __call__(self, path: str) -> bool:
+        held = self.known.get(path)
+        if held is not None:
+            return held
+        parts = path.split("/")
+        folders = ["/".join(parts[:i]) for i in range(1, len(parts))]
+        if any(self.known.get(f) is False for f in folders):
+            held = False
+        else:
+            held = self.store.holds(self.dl, path)
+            if not held:
+                for folder in reversed(folders):
+                    if folder in self.known:
+                        break
+                    self.known[folder] = self.store.holds(self.dl, folder)
+                    if self.known[folder]:
+                        break
+        self.known[path] = held
+        return held
+
+    def none_exist(self, newest_first: list[layout.Entry]) -> Failure:
+        """The failure of a prune that found no entry's save: it removes nothing."""
+        newest = newest_first[0]
+        where = self.store.location(PUB)
+        return NoSaves(
+            f"prune: {shown(where)}: every one of its {len(newest_first)} entries names a save that does "
+            f"not exist (the newest {shown(self.store.location(newest.path))}): removed nothing (an "
+            f"unmounted filesystem or an {EXEC}/ that cannot be reached makes every save look gone)"
+        )
+
+
+class NoSaves(Failure):
+    """Every entry's save looks gone: the prune removes nothing (exit 1)."""
+
+
+def split(
+    entries: list[layout.Entry], keep: int | Policy, saves: Saves | None = None
+) -> tuple[list[layout.Entry], list[layout.Entry]]:
     """The entries to remove (oldest first) and those that stay: the latest ``keep`` (at least one), and
-    what a :class:`Policy` also keeps.  O(n log n)."""
+    what a :class:`Policy` also keeps.  O(n log n).
+
+    With ``saves``, the latest ``keep`` are counted among the entries whose save exists, newest first, as
+    ``resolve`` looks (so the save it answers with always stays); an entry newer than the last of them whose
+    save is gone counts for nothing and stays in place (it names nothing a prune could remove, and a save
+    that comes back, an unmounted filesystem mounted again, is still published).  Only the entries down to
+    the last kept one are asked about.  When none of the entries has its save, NoSaves."""
     policy = keep if isinstance(keep, Policy) else Policy(keep)
     ordered = layout.oldest_first(entries)
-    cut = max(len(ordered) - max(policy.keep, 1), 0)
+    want = max(policy.keep, 1)
+    if saves is None:
+        cut = max(len(ordered) - want, 0)
+    else:
+        cut, found = 0, 0
+        for i in range(len(ordered) - 1, -1, -1):
+            if saves(ordered[i].path):
+                found += 1
+                if found == want:
+                    cut = i
+                    break
+        if ordered and not found:
+            raise saves.none_exist(ordered[::-1])
     gone: list[layout.Entry] = []
     kept = ordered[cut:]
     for entry in ordered[:cut]:
@@ -120,8 +191,10 @@ class Schedule:
         "left",
     )
 
-    def __init__(self, entries: list[layout.Entry], tombs: list[str], keep: int | Policy) -> None:
-        self.gone, kept_entries = split(entries, keep)
+    def __init__(
+        self, entries: list[layout.Entry], tombs: list[str], keep: int | Policy, saves: Saves | None = None
+    ) -> None:
+        self.gone, kept_entries = split(entries, keep, saves)
         self.staying = {e.name for e in kept_entries}  # the names of the entries that stay
         self.kept = kept = layout.Nest([k.path for k in kept_entries])
         self.folders = unrelated(self.gone, kept)
@@ -164,7 +237,7 @@ def read_schedule(dl: Deadline, store: Store, keep: int | Policy) -> Schedule:
     tombs = layout.parse_tombs(store.list_tombs(dl), store.location(TOMB))
     if not entries and not tombs:
         store.check_exists(dl)
-    sched = Schedule(entries, tombs, keep)
+    sched = Schedule(entries, tombs, keep, Saves(dl, store))
     if isinstance(keep, Policy) and keep.orphans is not None:
         import time
 

@@ -15,7 +15,9 @@ from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common, shared
 from publish.verbs.prune import (
+    NoSaves,
     Policy,
+    Saves,
     Schedule,
     attempt_flag,
     given_orphans,
@@ -177,8 +179,13 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | N
             keep.times, keep.now = times, now
         if isinstance(keep, Policy) and keep.protect is not None:
             keep.held = keep.protect(dl, entries)
-        sched = Schedule(entries, tombs, keep)
         policy = keep if isinstance(keep, Policy) else Policy(keep)
+        known = {str(p["path"]): bool(p["exists"]) for p in publications}  # asked once, as prune asks
+        try:
+            sched = Schedule(entries, tombs, keep, Saves(dl, store, known))
+        except NoSaves as e:  # what prune would do: nothing, and say why
+            doc["prune"] = _plan(policy, None, [], [], str(e))
+            return doc
         orphans = None
         if policy.orphans is not None:
             sched.find_orphans(dl, store, policy.orphans, now)
@@ -192,15 +199,23 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | N
                 ],
                 "left": [{"path": p, "location": store.location(p), "why": why} for p, why in sched.left],
             }
-        doc["prune"] = {
-            "keep": policy.keep,
-            "keep_every": policy.every or None,
-            "keep_within": policy.within,
-            "orphans": orphans,
-            "entries": [e.name for e in sched.gone],
-            "lines": would_remove(dl, store, sched),
-        }
+        doc["prune"] = _plan(policy, orphans, [e.name for e in sched.gone], would_remove(dl, store, sched))
     return doc
+
+
+def _plan(
+    policy: Policy, orphans: dict[str, Any] | None, entries: list[str], lines: list[str], refused: str = ""
+) -> dict[str, Any]:
+    """The document's ``prune``; ``refused``: why prune would remove nothing (every save looks gone)."""
+    return {
+        "keep": policy.keep,
+        "keep_every": policy.every or None,
+        "keep_within": policy.within,
+        "orphans": orphans,
+        "entries": entries,
+        "lines": lines,
+        "refused": refused or None,
+    }
 
 
 def _idle(store: Store, publications: list[dict[str, Any]], files: list[str]) -> dict[str, Any]:
@@ -372,10 +387,13 @@ def text(doc: dict[str, Any]) -> list[str]:
             policy += f" -orphans -orphans-age {format_duration(orphans['age'])}"
             if orphans["attempt"] is not None:
                 policy += f" -attempt {shown(orphans['attempt'])}"
-        section(
-            f"prune {policy} would remove entries: {len(plan['entries'])}, and:",
-            [f"  {line}" for line in plan["lines"]],
-        )
+        if plan["refused"] is not None:
+            lines.append(f"prune {policy} would remove nothing and fail: {plan['refused']}")
+        else:
+            section(
+                f"prune {policy} would remove entries: {len(plan['entries'])}, and:",
+                [f"  {line}" for line in plan["lines"]],
+            )
     if "mirror" in doc:
         lines.append(f"the mirror {shown(doc['mirror']['root'])}:")
         lines.extend("  " + line for line in text(doc["mirror"]))

@@ -122,7 +122,14 @@ class RootModel(RuleBasedStateMachine):
         """What a prune -keep K does, from the spec: the entries it removes, the folders it removes (those it
         finishes from tomb/ first, then its own, oldest first), and the entries it keeps."""
         ordered = [n for n, _ in reversed(self.newest_first())]
-        cut = max(len(ordered) - max(keep, 1), 0)
+        # The newest K whose saves exist stay, as resolve looks; an entry newer than them whose save is
+        # gone counts for nothing, and stays.
+        cut, found = 0, 0
+        for i in range(len(ordered) - 1, -1, -1):
+            found += self.entries[ordered[i]][2] in self.saves
+            if found == max(keep, 1):
+                cut = i
+                break
         gone, kept = ordered[:cut], ordered[cut:]
         kept_paths = {self.entries[n][2] for n in kept}
 
@@ -149,6 +156,10 @@ class RootModel(RuleBasedStateMachine):
                 del self.saves[folder]
         self.tombs = set()
         return "".join(lines)
+
+    def every_save_gone(self) -> bool:
+        """Entries, and none of their saves is there: a prune removes nothing and fails."""
+        return bool(self.entries) and not any(p in self.saves for _, _, p in self.entries.values())
 
     def fails_loudly(self, r: Any, *naming: str) -> None:
         assert r.code == 1, f"exit {r.code}, expected 1; stdout {r.out!r} stderr {r.err!r}"
@@ -279,6 +290,9 @@ class RootModel(RuleBasedStateMachine):
         if self.planted_pub or self.planted_tomb:
             self.fails_loudly(r, *self.planted_pub, *self.planted_tomb)
             return
+        if self.every_save_gone():
+            self.fails_loudly(r, "removed nothing")
+            return
         want = self.apply_prune(keep)
         assert (r.code, r.out, r.err) == (0, want, ""), (
             f"prune: {(r.code, r.out, r.err)!r}, expected {want!r}"
@@ -287,6 +301,7 @@ class RootModel(RuleBasedStateMachine):
     @rule(keep=st.integers(1, 3), cut=st.integers(0, 40), land=st.booleans())
     def prune_cut_short(self, keep: int, cut: int, land: bool) -> None:
         assume(self.root_exists and not self.planted_pub and not self.planted_tomb)
+        assume(not self.every_save_gone())
         before = dict(self.entries)
         gone, removals, kept = self.plan(keep)
         killed, r = self.root.cut_prune(keep, cut, land)

@@ -134,7 +134,8 @@ def test_s3_dry_run_changes_nothing_and_prints_what_prune_removes(
         root.put("exec/old/checkpoint-0/w", b"left by an interrupted prune")
         root.put("tomb/" + layout.tomb_name("exec/old/checkpoint-0"))
         root.put("tomb/" + layout.tomb_name("exec/A/checkpoint-5"))  # named again since: only its tomb goes
-        root.put("pub/" + layout.name(0, 7, "exec/gone/checkpoint-7"))  # its save is already gone
+        # Its save is already gone: it counts for nothing (and stays), so -keep 2 keeps steps 5 and 4.
+        root.put("pub/" + layout.name(0, 7, "exec/gone/checkpoint-7"))
         # Folders holding an older entry's folder: exec/c is empty once its inner folder is removed (S3
         # removes no object of it then, and says nothing); exec/d still holds a file.
         for outer, extra in (("exec/c", False), ("exec/d", True)):
@@ -153,7 +154,7 @@ def test_s3_dry_run_changes_nothing_and_prints_what_prune_removes(
     assert dry.lines == lines
     assert dry.err == err == ""
     assert dry.lines[0] == f"would remove {dry_root.url}/exec/old/checkpoint-0"  # the tombstoned one first
-    gone = [*(f"exec/A/checkpoint-{s}" for s in range(1, 5)), "exec/A/epoch=0-step=9.ckpt", "exec/d"]
+    gone = [*(f"exec/A/checkpoint-{s}" for s in range(1, 4)), "exec/A/epoch=0-step=9.ckpt", "exec/d"]
     gone += ["exec/c/checkpoint-0", "exec/d/checkpoint-0"]  # exec/c: nothing left in it to remove
     assert sorted(dry.lines[1:]) == sorted(f"would remove {dry_root.url}/{p}" for p in gone)
 
@@ -178,9 +179,12 @@ def test_s3_dry_run_fails_as_prune_does(s3_server: S3Server, tmp_path: Path, bad
 def test_dry_run_prints_nothing_it_would_not_remove(tmp_path: Path) -> None:
     root = tmp_path / f"r-{uuid.uuid4().hex[:6]}"
     (root / "pub").mkdir(parents=True)
-    for step in (1, 2):
-        (root / "pub" / layout.name(0, step, f"exec/A/checkpoint-{step}")).touch()  # saves never written
+    for step in (1, 2, 3):
+        (root / "pub" / layout.name(0, step, f"exec/A/checkpoint-{step}")).touch()
+    (root / "exec/A/checkpoint-3").mkdir(parents=True)  # the others' saves were never written
     r = run_cli("prune", "-checkpoint", str(root), "-keep", "1", "-dry-run")
     assert (r.code, r.out, r.err) == (0, "", "")
-    assert sorted(os.listdir(root / "pub")) == [layout.name(0, s, f"exec/A/checkpoint-{s}") for s in (1, 2)]
+    assert sorted(os.listdir(root / "pub")) == [
+        layout.name(0, s, f"exec/A/checkpoint-{s}") for s in (1, 2, 3)
+    ]
     assert not (root / "tomb").exists()
