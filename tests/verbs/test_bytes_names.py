@@ -348,3 +348,33 @@ def test_run_mirror_leaves_a_save_the_mirror_cannot_carry_pending_and_mirrors_th
         "resolve", "-checkpoint", str(fast), "-mirror", mirror.url, "-creds", mirror.creds, "-verify=deep"
     )
     assert r.out == f"{saves}/checkpoint-2\n", r.err
+
+
+def test_a_disk_error_on_one_save_s_marker_stops_plain_watch_but_not_run(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An EIO reading checkpoint-2's trainer_state.json: run names it once, publishes checkpoint-3 and exits
+    1 (before, every scan failed on it and checkpoint-3 was never published); plain watch keeps the spec's
+    rule for a marker it cannot read and stops on it, naming the file."""
+    need(command() is None and os.path.isdir("/proc/self/fd"), "a fault injected in-process, on Linux")
+    saves = root / "exec" / "a"
+    for step in (2, 3):
+        hf_save(saves, step)
+    from publish.files import fileio
+
+    real = fileio.read_at_most
+    marker = str(saves / "checkpoint-2" / "trainer_state.json")
+
+    def read_at_most(fd: int, limit: int) -> bytes | None:
+        if os.readlink(f"/proc/self/fd/{fd}") == marker:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(fd, limit)
+
+    monkeypatch.setattr(fileio, "read_at_most", read_at_most)
+    r = watch_last_scan(root, "-framework", "hf", "-attempt", "a")
+    assert (r.code, r.out, r.err) == (1, "", f"publish: {marker}: Input/output error\n")
+    r = run_cli("run", "-checkpoint", str(root), "-framework", "hf", "-attempt", "a", "-epoch", "0",
+                "-interval", "50ms", "--", sys.executable, "-c", "import time; time.sleep(0.5)")  # fmt: skip
+    assert r.code == 1, r.err
+    assert r.lines == [published(root, 3, "exec/a/checkpoint-3")]
+    assert r.err.count(f"{marker}: Input/output error") == 1, r.err
