@@ -3,9 +3,9 @@
 :func:`upload_save` reads every regular file of a save through descriptors (``O_NOFOLLOW`` at every step
 below the save: a link inside a save is an error naming it, never followed) and puts it at the same relative
 path under the S3 root.  An S3 key is UTF-8: a name below the save that is not (POSIX names are bytes) is an
-error naming it, as a link is, before anything is sent.  A file up to the part size is one PUT; a larger one a multipart upload whose parts
-are sent by several threads at once.  Each thread keeps one buffer of one part and its own connection, so
-the memory held is about ``jobs`` parts whatever the save's size (:func:`plan`).
+error naming it, as a link is, before anything is sent.  A file up to the part size is one PUT; a larger one
+a multipart upload whose parts are sent by several threads at once.  Each thread keeps one buffer of one part
+and its own connection, so the memory held is about ``jobs`` parts whatever the save's size (:func:`plan`).
 
 What is checked (docs/s3.md): every PUT and part carries its CRC32 (``x-amz-checksum-crc32``), which a store
 that honours it (S3, SeaweedFS) checks against the bytes it received and refuses on a mismatch; the CRC32 it
