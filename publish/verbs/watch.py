@@ -226,9 +226,11 @@ class Watcher:
         if first:
             if self.metrics is not None:
                 self.metrics.count("publish_scan_errors_total")
+            save = f"save {self._where(folder)}"
+            text = str(e) if str(e).startswith(save) else f"{save}: {e}"
             self.say.warn(
-                f"save {self._where(folder)}: {e}: not published, tried again on each scan (the other saves "
-                f"are published; {self._verb} will exit non-zero unless it is)"
+                f"{text}: not published, tried again on each scan (the other saves are published; "
+                f"{self._verb} will exit non-zero unless it is)"
             )
 
     def _where(self, name: str) -> str:

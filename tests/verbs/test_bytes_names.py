@@ -392,3 +392,36 @@ def test_a_disk_error_on_one_save_s_marker_stops_plain_watch_but_not_run(
     assert r.code == 1, r.err
     assert r.lines == [published(root, 3, "exec/a/checkpoint-3")]
     assert r.err.count(f"{marker}: Input/output error") == 1, r.err
+
+
+def test_a_save_removed_between_its_completion_and_its_hashing_does_not_stop_the_scan(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """checkpoint-2 is removed (a rotation, an operator) just after watch found it whole: it is named once,
+    never published, and checkpoint-3 is.  Before, the scan failed on it ("does not exist") and
+    checkpoint-3 waited for the next scan; under run the last scan failed and nothing was pruned."""
+    need(command() is None, "a removal timed in-process")
+    import shutil
+
+    from publish.frameworks import hf
+
+    saves = root / "exec" / "a"
+    for step in (2, 3):
+        hf_save(saves, step)
+    real = hf.complete
+
+    def complete(dl: Any, store: Any, path: str, step: int, note: Any, *more: Any) -> bool:
+        whole = real(dl, store, path, step, note, *more)
+        if path.endswith("checkpoint-2"):
+            shutil.rmtree(saves / "checkpoint-2", ignore_errors=True)
+        return whole
+
+    monkeypatch.setattr(hf, "complete", complete)
+    r = watch_last_scan(root, "-framework", "hf", "-attempt", "a")
+    assert r.code == 1, r.err
+    assert r.lines == [published(root, 3, "exec/a/checkpoint-3")]
+    assert r.err == (
+        f"publish: save {saves}/checkpoint-2 does not exist: not published, tried again on each scan (the "
+        "other saves are published; watch will exit non-zero unless it is)\n"
+    )
+    assert not (root / "man" / layout.name(0, 2, "exec/a/checkpoint-2")).exists()
