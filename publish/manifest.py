@@ -6,7 +6,13 @@ with sorted keys and no spaces::
     {"entry":"<entry name>","files":[[path,size,sha256-or-null],...],"format":"publish.manifest.v1"}
 
 rows sorted by path; a path is relative to the save with ``/`` separators, and a save that is one file (a
-Lightning ``.ckpt``) has the one row ``""``.  Pure: no I/O.  :func:`decode` trusts nothing it is given: a
+Lightning ``.ckpt``) has the one row ``""``.
+
+A name is bytes: a path is the name's bytes read as UTF-8, each byte that is not part of UTF-8 kept as the lone
+surrogate U+DC80 + byte (Python's ``surrogateescape``, as ``os.fsdecode`` reads a name), which the JSON text
+carries as the escape ``\\udc80``..``\\udcff`` (the only lone surrogates a manifest holds).  So every name a
+POSIX save can hold (any bytes but NUL and ``/``) is recorded and read back exactly, and a manifest of UTF-8
+names is byte for byte what it always was.  Pure: no I/O.  :func:`decode` trusts nothing it is given: a
 manifest over :data:`MANIFEST_LIMIT` bytes or :data:`MANIFEST_ROWS` rows, a duplicate key, another format,
 another entry's name, a bad path, size or digest is a :class:`ManifestError`, found in time linear in its
 size.
@@ -51,12 +57,26 @@ class ManifestError(Failure):
 
 def good_path(path: str) -> bool:
     """True when ``path`` is a clean relative path with ``/`` separators (no empty, ``.`` or ``..`` element,
-    no leading ``/``, no NUL) that UTF-8 can carry."""
+    no leading ``/``, no NUL) that names bytes: any lone surrogate in it is one ``surrogateescape`` makes of
+    a byte that is not UTF-8, in the one spelling reading those bytes back gives (so one name has one path)."""
     if "\0" in path or not _UNCLEAN.isdisjoint(path.split("/")):
         return False
+    if path.isascii():
+        return True
+    try:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape") == path
+    except UnicodeEncodeError:  # a surrogate that stands for no byte (U+D800, U+DC00..U+DC7F)
+        return False
+
+
+def utf8(path: str) -> bool:
+    """True when ``path`` (a name as a manifest records it) is UTF-8: no byte of it needed an escape, so an
+    S3 key can hold it."""
+    if path.isascii():
+        return True
     try:
         path.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: no file name a store can hold
+    except UnicodeEncodeError:
         return False
     return True
 
@@ -112,17 +132,26 @@ def encode(entry: str, files: Iterable[Row]) -> bytes:
     where = f"manifest of {entry}"
     rows = _check_rows([[p, s, d] for p, s, d in files], where, made=True)
     rows.sort()
-    data = json.dumps(
+    text = json.dumps(
         {"entry": entry, "files": rows, "format": FORMAT},
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
-    ).encode("utf-8")
+    )
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a name with a byte that is not UTF-8: its surrogate written as a JSON escape
+        data = text.translate(_escapes()).encode("utf-8")
     if len(data) > MANIFEST_LIMIT:
         raise ManifestError(
             where, f"it would be {len(data)} bytes, over the {MANIFEST_LIMIT} a manifest may hold", made=True
         )
     return data
+
+
+def _escapes() -> dict[int, str]:
+    """str.translate's table: each lone surrogate a path may hold (U+DC80..U+DCFF) to its JSON escape."""
+    return {c: f"\\u{c:04x}" for c in range(0xDC80, 0xDD00)}
 
 
 class _Refused(Exception):

@@ -6,6 +6,8 @@ import json
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from publish import layout, manifest
 from publish.manifest import MANIFEST_LIMIT, MANIFEST_ROWS, ManifestError, decode, encode
@@ -180,3 +182,110 @@ def test_a_huge_bad_path_is_cut_short_in_the_message() -> None:
     with pytest.raises(ManifestError) as e:
         decode(ENTRY, doc([[path, 1, None]]), WHERE)
     assert len(str(e.value)) < 500 and str(e.value).endswith("... is not a clean relative path")
+
+
+# -- a name is bytes (issue #31, "One odd file name stops every publication"; addendum section 15)
+
+#: Names a POSIX save can hold: any bytes but NUL and "/", among them bytes that are not UTF-8, the bytes
+#: of a surrogate's UTF-8 spelling, what looks like an escape, and the longest name a filesystem allows.
+HOSTILE = [
+    b"bad\xff.bin",
+    b"\xff" * 255,
+    b"\x80",
+    b"\xed\xb2\x80",  # U+DC80 spelled in UTF-8 (which UTF-8 forbids): three bytes, not that character
+    b"\xc3",  # a UTF-8 sequence cut short
+    b"caf\xc3\xa9",  # UTF-8: recorded as it always was
+    b"new\nline",
+    b"%ff",
+    b"+",
+    b"back\\slash",
+    b"\\udcff",  # the six characters of the escape itself
+    b"-leading-dash",
+    b"\xfe" * 255,
+]
+
+
+def read(name: bytes) -> str:
+    """A name's bytes as a manifest records them (UTF-8, a byte that is not kept by surrogateescape)."""
+    return name.decode("utf-8", "surrogateescape")
+
+
+def test_every_name_a_posix_save_can_hold_is_recorded_and_read_back_exactly() -> None:
+    """A manifest records any name (its bytes) and gives back the same bytes; fails on the code before,
+    which refused every name that is not UTF-8 ('the path ... is not a clean relative path')."""
+    names = [read(raw) for raw in [*HOSTILE, b"dir\xff/in\xfe"]]
+    rows = [(name, i, DIGEST) for i, name in enumerate(names)]
+    data = encode(ENTRY, rows)
+    data.decode("utf-8")  # the document is UTF-8 JSON, whatever the names
+    back = decode(ENTRY, data, WHERE)
+    assert sorted(p.encode("utf-8", "surrogateescape") for p, _, _ in back) == sorted(
+        [*HOSTILE, b"dir\xff/in\xfe"]
+    )
+    assert back == sorted(rows)
+
+
+def test_a_byte_that_is_not_utf8_is_written_as_its_json_escape_and_utf8_names_are_unchanged() -> None:
+    """The one byte of bad\\xff.bin is the escape \\udcff; a manifest whose names are all UTF-8 is byte for
+    byte what the format always wrote.  Fails on the code before (it refused the name)."""
+    data = encode(ENTRY, [(read(b"bad\xff.bin"), 1, None), ("caf\u00e9", 2, None)])
+    assert (
+        data
+        == (
+            f'{{"entry":"{ENTRY}","files":[["bad\\udcff.bin",1,null],["caf\u00e9",2,null]],'
+            '"format":"publish.manifest.v1"}'
+        ).encode()
+    )
+
+
+def test_a_manifest_written_before_names_were_bytes_still_reads_as_it_did() -> None:
+    """An old root keeps verifying: a manifest of the format as it was written before (UTF-8 names, among
+    them escapes that look like the new ones, as the literal characters they are) reads back unchanged."""
+    old = (
+        b'{"entry":"%s","files":[["%%ff",1,null],["+",2,null],["\\\\udcff",3,null],["a\\nb",4,null],'
+        b'["caf\xc3\xa9",5,"%s"]],"format":"publish.manifest.v1"}' % (ENTRY.encode(), DIGEST.encode())
+    )
+    assert decode(ENTRY, old, WHERE) == [
+        ("%ff", 1, None),
+        ("+", 2, None),
+        ("\\udcff", 3, None),
+        ("a\nb", 4, None),
+        ("caf\u00e9", 5, DIGEST),
+    ]
+    assert encode(ENTRY, decode(ENTRY, old)) == old
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "\\udcc3\\udca9",  # the bytes of an e-acute, escaped: UTF-8 reads them as the character, one spelling
+        "\\udc41",  # a surrogate for an ASCII byte, which no name's reading makes
+        "\\ud800x",  # a high surrogate: no byte
+        "\\udfff",
+    ],
+)
+def test_a_surrogate_that_is_no_name_s_one_spelling_is_refused(spelling: str) -> None:
+    """One name has one path: escapes that name no bytes, or bytes that UTF-8 reads otherwise, are a
+    damaged manifest, so a name can never be listed twice under two spellings."""
+    data = b'{"entry":"%s","files":[["%s",1,null]],"format":"publish.manifest.v1"}' % (
+        ENTRY.encode(),
+        spelling.encode(),
+    )
+    with pytest.raises(ManifestError, match="is not a clean relative path"):
+        decode(ENTRY, data, WHERE)
+
+
+_NAME = st.binary(min_size=1, max_size=255).filter(
+    lambda b: b"\0" not in b and b"/" not in b and b not in (b".", b"..")
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(paths=st.lists(st.lists(_NAME, min_size=1, max_size=4).map(b"/".join), max_size=20, unique=True))
+def test_any_byte_names_round_trip(paths: list[bytes]) -> None:
+    """Any save's relative paths (names of any bytes but NUL and "/", joined by "/") come back from the
+    manifest as the same bytes, in one canonical spelling; fails on the code before for any name that is
+    not UTF-8."""
+    rows = [(p.decode("utf-8", "surrogateescape"), len(p), None) for p in paths]
+    back = decode(ENTRY, encode(ENTRY, rows))
+    assert sorted(p.encode("utf-8", "surrogateescape") for p, _, _ in back) == sorted(paths)
+    assert encode(ENTRY, back) == encode(ENTRY, rows)

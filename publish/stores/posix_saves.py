@@ -4,7 +4,9 @@ The save itself is found as the frameworks find it (a link to it, folder or one 
 follow it); below it,
 every directory and file is opened relative to its parent's descriptor with ``O_NOFOLLOW``, so a file
 swapped for a link is seen, never followed.  A link, a FIFO, a socket or a device inside a save is not a
-file of it: never read, never listed in a manifest.  Files are read in large chunks into one buffer per
+file of it: never read, never listed in a manifest.  A name is bytes: a file is listed by its name's bytes
+read as UTF-8 with ``surrogateescape`` (publish.manifest records that), and reached by those bytes, whatever
+the locale's encoding of file names.  Files are read in large chunks into one buffer per
 thread, several files at once (hashlib releases the GIL while it hashes), and every chunk checks the
 deadline.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 
 from publish.errors import Failure, FileError
 from publish.files import fsops
@@ -38,6 +41,21 @@ CHUNK = 8 * 1024 * 1024
 THREADS = 4
 #: The most files one save may hold (a manifest lists no more).
 FILES_LIMIT = 1_000_000
+
+
+#: The interpreter reads and writes file names as UTF-8 with surrogateescape, as a manifest records them
+#: (every Python 3.7+ on Linux and macOS but one given a locale of another encoding): names pass unchanged.
+_NATIVE = sys.getfilesystemencoding() == "utf-8" and sys.getfilesystemencodeerrors() == "surrogateescape"
+
+
+def recorded(name: str) -> str:
+    """A name as the OS gave it (a directory listing's), as a manifest records it."""
+    return name if _NATIVE else os.fsencode(name).decode("utf-8", "surrogateescape")
+
+
+def raw(name: str) -> str:
+    """A name as a manifest records it, as the OS takes it: the same bytes."""
+    return name if _NATIVE else os.fsdecode(name.encode("utf-8", "surrogateescape"))
 
 
 class _Missing(Exception):
@@ -86,7 +104,7 @@ def _open_dir_below(top: int, rel: str) -> int:
     fd = os.dup(top)
     try:
         for part in rel.split("/") if rel else []:
-            nxt = os.open(part, fsops.DIR_FLAGS, dir_fd=fd)
+            nxt = os.open(raw(part), fsops.DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = nxt
         return fd
@@ -108,11 +126,11 @@ def _open_file_below(top: int, rel: str) -> int:
         raise
     try:
         try:
-            fd = os.open(name, MARKER_FLAGS, dir_fd=dir_fd)
+            fd = os.open(raw(name), MARKER_FLAGS, dir_fd=dir_fd)
         except FileNotFoundError:
             raise _Missing("missing") from None
         except OSError:
-            st = fsops.lstat_at(dir_fd, name)
+            st = fsops.lstat_at(dir_fd, raw(name))
             if st is not None and not stat.S_ISREG(st.st_mode):
                 raise _Missing(f"{kind(st.st_mode)}, not a regular file") from None
             raise
@@ -235,7 +253,8 @@ class SaveFiles:
             try:
                 with os.scandir(fd) as it:
                     for entry in it:
-                        name = f"{below}/{entry.name}" if below else entry.name
+                        here = recorded(entry.name)
+                        name = f"{below}/{here}" if below else here
                         if entry.is_dir(follow_symlinks=False):
                             pending.append(name)
                         elif entry.is_file(follow_symlinks=False):

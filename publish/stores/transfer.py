@@ -2,9 +2,10 @@
 
 :func:`upload_save` reads every regular file of a save through descriptors (``O_NOFOLLOW`` at every step
 below the save: a link inside a save is an error naming it, never followed) and puts it at the same relative
-path under the S3 root.  A file up to the part size is one PUT; a larger one a multipart upload whose parts
-are sent by several threads at once.  Each thread keeps one buffer of one part and its own connection, so
-the memory held is about ``jobs`` parts whatever the save's size (:func:`plan`).
+path under the S3 root.  An S3 key is UTF-8: a name below the save that is not (POSIX names are bytes) is an
+error naming it, as a link is, before anything is sent.  A file up to the part size is one PUT; a larger one
+a multipart upload whose parts are sent by several threads at once.  Each thread keeps one buffer of one part
+and its own connection, so the memory held is about ``jobs`` parts whatever the save's size (:func:`plan`).
 
 What is checked (docs/s3.md): every PUT and part carries its CRC32 (``x-amz-checksum-crc32``), which a store
 that honours it (S3, SeaweedFS) checks against the bytes it received and refuses on a mismatch; the CRC32 it
@@ -31,8 +32,10 @@ import zlib
 from publish.deadline import Deadline
 from publish.errors import PublishError, UploadError
 from publish.files import fsops
+from publish.manifest import utf8
 from publish.redact import shown
 from publish.stores.posix_root import MARKER_FLAGS, kind
+from publish.stores.posix_saves import raw, recorded
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
@@ -172,7 +175,7 @@ def _error(run: _Run, f: _File, detail: str) -> UploadError:
 def _walk(src: PosixStore, save: str) -> tuple[int, list[tuple[str, os.stat_result]]]:
     """(a descriptor of the save's folder, or -1 for a save that is one file; each regular file below it
     with its lstat).  A link, a FIFO or anything else that is not a folder or a regular file is an error
-    naming it."""
+    naming it, and so is a name that is not UTF-8 (no S3 key can hold it)."""
     st = src.dirs.lstat(save)
     if st is None:
         raise UploadError(shown(src.location(save)), "no such save")
@@ -188,13 +191,16 @@ def _walk(src: PosixStore, save: str) -> tuple[int, list[tuple[str, os.stat_resu
             below = pending.pop()
             where = f"{save}/{below}" if below else save
             try:
-                fd = os.open(below, fsops.DIR_FLAGS, dir_fd=top) if below else os.dup(top)
+                fd = _open_below(top, below) if below else os.dup(top)
             except OSError as e:
                 raise UploadError(shown(src.location(where)), _why(e)) from None
             try:
                 with os.scandir(fd) as it:
                     for entry in it:
-                        name = f"{below}/{entry.name}" if below else entry.name
+                        here = recorded(entry.name)
+                        name = f"{below}/{here}" if below else here
+                        if not utf8(here):
+                            raise UploadError(shown(src.location(f"{save}/{name}")), NOT_UTF8)
                         est = entry.stat(follow_symlinks=False)
                         if stat.S_ISDIR(est.st_mode):
                             pending.append(name)
@@ -211,6 +217,25 @@ def _walk(src: PosixStore, save: str) -> tuple[int, list[tuple[str, os.stat_resu
         raise
     found.sort()
     return top, found
+
+
+#: Why a file whose name is not UTF-8 is not uploaded.
+NOT_UTF8 = "a name that is not UTF-8 is not uploaded (an S3 key must be UTF-8)"
+
+
+def _open_below(top: int, rel: str) -> int:
+    """The folder ``rel`` (its names as a manifest records them) below ``top``, one element at a time with
+    ``O_NOFOLLOW``."""
+    d = os.dup(top)
+    try:
+        for part in rel.split("/"):
+            nxt = os.open(raw(part), fsops.DIR_FLAGS, dir_fd=d)
+            os.close(d)
+            d = nxt
+    except BaseException:
+        os.close(d)
+        raise
+    return d
 
 
 def _refusal(mode: int) -> str:
@@ -247,14 +272,10 @@ def _open(run: _Run, f: _File) -> int:
             if d is None:
                 raise FileNotFoundError(errno.ENOENT, "No such file or directory")
         else:
-            *dirs, name = f.path.split("/")
-            d = os.dup(run.save_fd)
-            for part in dirs:
-                nxt = os.open(part, fsops.DIR_FLAGS, dir_fd=d)
-                os.close(d)
-                d = nxt
+            parent, _, name = f.path.rpartition("/")
+            d = _open_below(run.save_fd, parent) if parent else os.dup(run.save_fd)
         try:
-            fd = os.open(name, MARKER_FLAGS, dir_fd=d)
+            fd = os.open(raw(name) if run.save_fd >= 0 else name, MARKER_FLAGS, dir_fd=d)
         finally:
             os.close(d)
         st = os.fstat(fd)

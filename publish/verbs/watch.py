@@ -72,7 +72,13 @@ class Watcher:
     ``lenient`` (``publish run``): a save whose marker is faulty is reported once and passed over, and
     ``fault`` is set, instead of the scan failing; watch stops on it, naming the file.  Either way a child
     of SAVES that cannot be examined (a link loop, a name too long, a permission) is named once on stderr
-    and passed over, and so is one that a framework recognises but can never publish."""
+    and passed over, and so is one that a framework recognises but can never publish.
+
+    One save never stops the others: a whole save that cannot be published (its own name is not UTF-8, as an
+    entry's must be; its manifest cannot be made, its files hashed, or its manifest written) is named once
+    and the scan goes on to the next; ``fault`` is set while it stays unpublished (such a save is tried
+    again on each scan, but for a name or a manifest that can never be).  A fault of the store itself (S3
+    failing, the root gone) still fails the scan."""
 
     def __init__(
         self,
@@ -93,10 +99,16 @@ class Watcher:
         self.saves = saves
         self.epoch = epoch
         self.lenient = lenient
-        self.fault = False  # a faulty save was passed over (lenient only)
+        self.faulty = False  # a save was passed over for good (a faulty marker under run, a name not UTF-8)
+        self.failing: dict[str, str] = {}  # folder -> why, for each whole save whose publication failed
         self.done: set[str] = set()  # folders published, found published, or faulty; never looked at again
         self.noted: set[tuple[str, str]] = set()  # (folder, kind) of each hint said, so each is said once
         self.on_publish: Callable[[], None] | None = None  # called after each entry this scan creates
+
+    @property
+    def fault(self) -> bool:
+        """A save was passed over, or is still not published for a fault of its own (each said once)."""
+        return self.faulty or bool(self.failing)
 
     def scan(self, dl: Deadline) -> None:
         """One scan; its store calls share ``dl``.  With metrics, the file is written after it, a failed
@@ -140,20 +152,19 @@ class Watcher:
                     dl, self.store, path, step, self._note_for(folder), self.world_size
                 )
             except FileError as e:
-                if not e.unexaminable:
+                if e.unexaminable:
+                    self._once(folder, "unexamined", f"{e}: passed over (it cannot be examined)")
+                    continue
+                if not self.lenient:
                     raise
-                self._once(folder, "unexamined", f"{e}: passed over (it cannot be examined)")
+                self._failed(dl, folder, e)  # a disk error reading its marker: run goes on to the others
                 continue
             except StoreError:
                 raise  # the store failing is no fault of this save
             except Failure as e:
                 if not self.lenient:
                     raise
-                self.done.add(folder)
-                self.fault = True
-                if self.metrics is not None:
-                    self.metrics.count("publish_scan_errors_total")
-                self.say.warn(f"{e}: passed over (the other saves are published; run will exit non-zero)")
+                self._passed_over(folder, str(e))
                 continue
             if whole:
                 if doomed is None:
@@ -163,12 +174,64 @@ class Watcher:
                     # and is not; the next prune finishes removing it.
                     self._once(folder, "doomed", f"{self._where(folder)}: {DOOMED}: not published")
                     continue
-                if publish_entry(dl, self.store, self.say, self.epoch, step, path):
+                if not utf8_name(path):
+                    self._passed_over(
+                        folder,
+                        f"save {self._where(folder)}: its name is not UTF-8, which an entry name must be",
+                    )
+                    continue
+                try:
+                    created = publish_entry(dl, self.store, self.say, self.epoch, step, path)
+                except FileError as e:  # a file of this save, or its manifest: this save's fault
+                    self._failed(dl, folder, e)
+                    continue
+                except StoreError:
+                    raise  # the store failing is no fault of this save
+                except Failure as e:
+                    from publish.manifest import ManifestError
+
+                    if isinstance(e, ManifestError):  # over a manifest's caps: it never will be published
+                        self._passed_over(folder, f"save {self._where(folder)}: {e}")
+                    else:  # gone while it was read, more files than a manifest may list
+                        self._failed(dl, folder, e)
+                    continue
+                self.failing.pop(folder, None)
+                if created:
                     if self.metrics:
                         self.metrics.published(step)
                     if self.on_publish is not None:
                         self.on_publish()
                 self.done.add(folder)
+
+    @property
+    def _verb(self) -> str:
+        return "run" if self.lenient else "watch"
+
+    def _passed_over(self, folder: str, why: str) -> None:
+        """``folder``'s save will never be published by this process (``why``): said once, never looked at
+        again."""
+        self.done.add(folder)
+        self.faulty = True
+        if self.metrics is not None:
+            self.metrics.count("publish_scan_errors_total")
+        self.say.warn(f"{why}: passed over (the other saves are published; {self._verb} will exit non-zero)")
+
+    def _failed(self, dl: Deadline, folder: str, e: Failure) -> None:
+        """The publication of ``folder``'s save failed for a fault of its own: said once, the scan goes on,
+        and each scan tries it again.  The root is looked at first: a root gone is the store's fault and
+        fails the scan."""
+        self.store.check_root(dl)
+        first = folder not in self.failing
+        self.failing[folder] = str(e)
+        if first:
+            if self.metrics is not None:
+                self.metrics.count("publish_scan_errors_total")
+            save = f"save {self._where(folder)}"
+            text = str(e) if str(e).startswith(save) else f"{save}: {e}"
+            self.say.warn(
+                f"{text}: not published, tried again on each scan (the other saves are published; "
+                f"{self._verb} will exit non-zero unless it is)"
+            )
 
     def _where(self, name: str) -> str:
         return shown(self.store.location(f"{self.saves}/{name}"))
@@ -185,6 +248,16 @@ class Watcher:
             self._once(folder, "note", text)
 
         return note
+
+
+def utf8_name(path: str) -> bool:
+    """True when ``path`` (a save's, below the root) is UTF-8, as an entry name must be (the manifest's
+    rule, imported only for a name that is not ASCII)."""
+    if path.isascii():
+        return True
+    from publish.manifest import utf8
+
+    return utf8(path)
 
 
 def _bounded(scan: Watcher, dl: Deadline) -> Deadline:
@@ -242,8 +315,8 @@ def watch(
             uploader.halt.set()  # no more passes: watch fails now
         raise
     if uploader is None:
-        return True
-    return uploader.finish(timeout) and not uploader.fault
+        return not watcher.fault
+    return uploader.finish(timeout) and not uploader.fault and not watcher.fault
 
 
 class Watch(shared.SavesCommand):
