@@ -130,8 +130,9 @@ def parse(entry_name: str) -> Entry:
     return Entry(int(epoch), int(step), _decode(encoded), entry_name)
 
 
-def _decode(encoded: str) -> str:
-    """The clean relative path ``encoded`` (non-empty, base32 letters only) spells canonically; else ValueError."""
+def _decode(encoded: str, errors: str = "strict") -> str:
+    """The clean relative path ``encoded`` (non-empty, base32 letters only) spells canonically; else ValueError.
+    ``errors``: how bytes that are not UTF-8 are read ("strict": refused, as in an entry name)."""
     if len(encoded) % 8 in (1, 3, 6):
         raise ValueError("base32 of impossible length")
     nbytes, unused = divmod(len(encoded) * 5, 8)
@@ -139,7 +140,7 @@ def _decode(encoded: str) -> str:
     if value & ((1 << unused) - 1):  # canonical: the bits past the last byte are zero
         raise ValueError("base32 is not canonical")
     try:
-        path = (value >> unused).to_bytes(nbytes, "big").decode("utf-8")
+        path = (value >> unused).to_bytes(nbytes, "big").decode("utf-8", errors)
     except UnicodeDecodeError:
         raise ValueError("path is not UTF-8") from None
     if not clean_relative(path):
@@ -242,19 +243,24 @@ def oldest_first(entries: list[Entry]) -> list[Entry]:
 
 
 def tomb_name(path: str) -> str:
-    """The tombstone name of the folder at ``path``: its path as RFC 4648 base32 without padding."""
+    """The tombstone name of the folder at ``path``: its path's bytes as RFC 4648 base32 without padding.
+
+    A POSIX name is bytes: a leftover folder that ``prune -orphans`` removes may be named with bytes that are
+    not UTF-8 (read by Python as lone surrogates, ``surrogateescape``), and its tombstone records those bytes
+    as they are.  An entry's path must be UTF-8; a tombstone's need not."""
     if not clean_relative(path):
         raise ValueError(f"not a clean relative path: {path!r}")
     import base64
 
-    return base64.b32encode(path.encode("utf-8")).decode("ascii").rstrip("=")
+    return base64.b32encode(path.encode("utf-8", "surrogateescape")).decode("ascii").rstrip("=")
 
 
 def parse_tomb(text: str) -> str:
-    """The folder path a tombstone name stands for; ValueError (saying why) when the name is not canonical."""
+    """The folder path a tombstone name stands for (bytes that are not UTF-8 as lone surrogates, as Python
+    reads a POSIX name); ValueError (saying why) when the name is not canonical."""
     if not text or not _BASE32.issuperset(text):
         raise ValueError("not base32")
-    return _decode(text)
+    return _decode(text, "surrogateescape")
 
 
 def parse_tombs(names: list[str], where: str) -> list[str]:
