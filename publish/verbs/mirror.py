@@ -128,7 +128,7 @@ class Tiers:
 
             expect = _manifest_rows(dl, fast, entry.name)
             rows = upload_save(dl, fast, entry.path, mirror, expect=expect)  # type: ignore[arg-type]
-            from publish.verbs.publish import DOOMED, doomed_folders
+            from publish.verbs.publish import DOOMED, Overlapped, doomed_folders, overlapped, withdraw
 
             if doomed_folders(dl, mirror).related(entry.path):
                 self._once(
@@ -139,7 +139,15 @@ class Tiers:
 
             mirror.write_manifest(dl, entry.name, manifest.encode(entry.name, rows))
             where = shown(mirror.location(entry.path))
-            if mirror.create_entry(dl, entry.name):
+            created = mirror.create_entry(dl, entry.name)
+            # The entry is this side's mark; then tomb/ and the save are read: a -mirror-keep prune (of
+            # this process or another) that overlapped is seen, or sees the entry (publish_entry).
+            why = overlapped(dl, mirror, entry.path, rows)
+            if why:
+                if created:
+                    withdraw(dl, mirror, entry.name, True)
+                raise Overlapped(f"{where}: {why} on the mirror: not published there")
+            if created:
                 self.say.out(f"published {entry.name} (epoch {entry.epoch}, step {entry.step}, {where})")
                 return True
             self.say.warn(f"{entry.name} already published (epoch {entry.epoch}, step {entry.step}, {where})")

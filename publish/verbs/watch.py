@@ -12,7 +12,7 @@ from publish.layout import EXEC, MAN, PUB, TOMB
 from publish.redact import shown
 from publish.threads import Flag, Worker
 from publish.verbs import Say, common, shared
-from publish.verbs.publish import DOOMED, doomed_folders, publish_entry
+from publish.verbs.publish import DOOMED, Overlapped, doomed_folders, publish_entry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class Watcher:
         self.saves = saves
         self.epoch = epoch
         self.lenient = lenient
-        self.fault = False  # a faulty save was passed over (lenient only)
+        self.fault = False  # a faulty save was passed over (lenient only), or a prune overlapped one
         self.done: set[str] = set()  # folders published, found published, or faulty; never looked at again
         self.noted: set[tuple[str, str]] = set()  # (folder, kind) of each hint said, so each is said once
         self.on_publish: Callable[[], None] | None = None  # called after each entry this scan creates
@@ -163,7 +163,17 @@ class Watcher:
                     # and is not; the next prune finishes removing it.
                     self._once(folder, "doomed", f"{self._where(folder)}: {DOOMED}: not published")
                     continue
-                if publish_entry(dl, self.store, self.say, self.epoch, step, path):
+                try:
+                    made = publish_entry(dl, self.store, self.say, self.epoch, step, path)
+                except Overlapped as e:
+                    # A prune overlapped: looked at again on the next scan (gone by then, or published
+                    # once the prune kept it), and run's exit status says it.
+                    self.fault = True
+                    if self.metrics is not None:
+                        self.metrics.count("publish_scan_errors_total")
+                    self._once(folder, "overlapped", f"{e} (passed over; run will exit non-zero)")
+                    continue
+                if made:
                     if self.metrics:
                         self.metrics.published(step)
                     if self.on_publish is not None:
