@@ -127,9 +127,16 @@ class Tiers:
             from publish.stores.transfer import upload_save
 
             expect = _manifest_rows(dl, fast, entry.name)
-            rows = upload_save(dl, fast, entry.path, mirror, expect=expect)  # type: ignore[arg-type]
             from publish.verbs.publish import DOOMED, Overlapped, doomed_folders, overlapped, withdraw
 
+            try:
+                rows = upload_save(dl, fast, entry.path, mirror, expect=expect)  # type: ignore[arg-type]
+            except PublishError as e:  # objects a prune of the mirror removes under the upload: said as such
+                if not doomed_folders(dl, mirror).related(entry.path):
+                    raise
+                raise Overlapped(
+                    f"{shown(mirror.location(entry.path))}: {DOOMED} on the mirror ({e}): not published there"
+                ) from None
             if doomed_folders(dl, mirror).related(entry.path):
                 self._once(
                     f"{shown(mirror.location(entry.path))}: {DOOMED} on the mirror: not published there"
