@@ -19,6 +19,8 @@ import io
 import math
 import os
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +30,8 @@ import pytest
 
 from publish import layout
 from tests.conftest import Lines, run_cli, spawn
-from tests.support.s3roots import Root
+from tests.support.fault_proxy import Action, FaultProxy
+from tests.support.s3roots import Root, creds_dir
 from tests.support.trainer_saves import hf_save
 from tests.support.turns import Ran, Turns
 
@@ -440,7 +443,8 @@ def test_the_issue_reproduced_with_real_processes(tmp_path: Path) -> None:
         entries = view.entries()
         if code == 0:
             assert any(line.startswith(f"published {NAME}") for line in out)
-            assert NAME in entries and (save / "shard-7.bin").stat().st_size == 24 << 20
+            assert NAME in entries and save.is_dir(), (out, err, entries)
+            assert (save / "shard-7.bin").stat().st_size == 24 << 20
         else:
             assert code == 1 and "prune" in err, err
             assert NAME not in entries
@@ -451,31 +455,54 @@ def test_the_issue_reproduced_with_real_processes(tmp_path: Path) -> None:
     assert outcomes
 
 
-def test_a_mirror_upload_raced_by_a_mirror_prune_with_real_processes(weed: Any, tmp_path: Path) -> None:
-    """The mirror's case with real processes: a watch uploads a large checkpoint-7 (epoch 1) while `prune
-    -mirror -mirror-keep 1`, which plans to remove checkpoint-7 with (0, 7), runs beside it: the mirror
-    never ends with an entry whose files are gone."""
+class Held(Action):
+    """Hold the request until ``release`` is set (at most a minute), telling ``seen`` first; then forward it."""
+
+    def __init__(self) -> None:
+        self.seen = threading.Event()
+        self.release = threading.Event()
+
+    def handle(self, proxy: FaultProxy, h: Any, req: Any) -> None:
+        self.seen.set()
+        self.release.wait(60)
+        proxy.forward(h, req)
+
+
+def test_a_mirror_upload_raced_by_a_mirror_prune_with_real_processes(
+    weed: Any, fault_proxy: FaultProxy, tmp_path: Path
+) -> None:
+    """The mirror's case with real processes: a watch uploads checkpoint-7 (epoch 1); after its upload,
+    while its manifest is being written (that request held by a proxy), `prune -mirror -mirror-keep 1`,
+    which plans to remove checkpoint-7 with (0, 7), runs to its end.  The mirror never ends with an entry
+    whose files are gone: the upload fails naming the prune, and the watch's last pass uploads it again."""
     t = Tiers(weed, tmp_path)
-    big = t.fast / "exec" / "a" / "checkpoint-7" / "big.bin"
-    with open(big, "wb") as f:
-        f.write(os.urandom(1 << 20) * 48)
-    # the manifest of (1, 7) made before big.bin: written again as the save now is
-    (t.fast / "pub" / t.name).unlink()
-    (t.fast / "man" / t.name).unlink()
-    folder = t.fast / "exec" / "a" / "checkpoint-7"
-    assert run_cli("publish", "-checkpoint", str(t.fast), "-epoch", "1", str(folder), "7").code == 0
-    uploader = spawn(*t.watch("-interval", "1h"))
-    pruners = []
-    time.sleep(1.0)
-    for _ in range(3):
-        pruners.append(spawn(*t.prune()))
-        time.sleep(0.3)
-    for p in pruners:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-    uploader.send_signal(15)
-    out, err = uploader.communicate(timeout=300)
-    t.check(_ran(uploader.returncode, out, err), _ran(0, "", ""), "real processes")
+    held = Held()
+    fault_proxy.add(held, method="PUT", path=f"/man/{t.name}", times=1)
+    entry = Held()
+    entry.release.set()
+    fault_proxy.add(entry, method="PUT", path=f"/pub/{t.name}", times=1)
+    slow = creds_dir(tmp_path, weed, fault_proxy.endpoint)
+    flags = ["-checkpoint", str(t.fast), "-mirror", t.mirror.url, "-creds", slow]
+    uploader = Lines(
+        "watch", *flags, "-framework", "hf", "-attempt", "a", "-interval", "1h", "-mirror-keep", "1"
+    )
+    try:
+        assert held.seen.wait(60), "the upload never came to its manifest"
+        pruner = spawn(*t.prune())
+        pruned, err = pruner.communicate(timeout=120)
+        assert pruner.returncode == 0, err
+        assert "exec/a/checkpoint-7" in pruned, pruned  # it removed the save being published
+    finally:
+        held.release.set()
+    assert entry.seen.wait(60), "the upload never came to its entry"
+    time.sleep(0.5)  # what follows its entry: the checks (and, now, its withdrawal)
+    uploader.proc.send_signal(signal.SIGTERM)
+    code = uploader.proc.wait(timeout=120)
+    assert uploader.proc.stderr is not None
+    err = uploader.proc.stderr.read()
+    out = [uploader.lines.get(timeout=5) for _ in range(uploader.lines.qsize())]
+    t.check(_ran(code, "\n".join(out), err), _ran(0, "", ""), "real processes")
+    assert t.name in t.mirror.entries(), err  # the last pass uploaded it again, whole
 
 
 def _ran(code: int, out: str, err: str) -> Ran:
