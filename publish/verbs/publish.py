@@ -45,7 +45,10 @@ def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, p
         try:
             rows = write_manifest(dl, store, name, path, say)
         except Failure as e:  # a save a prune removes while it is hashed: said as such
-            why = overlapped(dl, store, path, None)
+            try:
+                why = overlapped(dl, store, path, None)
+            except Failure:
+                raise e from None  # the store failing: its first failure is the one said
             if why:
                 raise Overlapped(f"save {where}: {why} ({e}): not published") from None
             raise
