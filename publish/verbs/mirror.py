@@ -139,10 +139,16 @@ class Tiers:
             if until is None:
                 dl = Deadline(self.timeout + _size(dl, fast, entry.path, expect) / RATE_FLOOR)
             from publish.stores.transfer import upload_save
+            from publish.verbs.publish import DOOMED, Overlapped, doomed_folders, overlapped, withdraw
 
-            rows = upload_save(dl, fast, entry.path, mirror, expect=expect)  # type: ignore[arg-type]
-            from publish.verbs.publish import DOOMED, doomed_folders
-
+            try:
+                rows = upload_save(dl, fast, entry.path, mirror, expect=expect)  # type: ignore[arg-type]
+            except PublishError as e:  # objects a prune of the mirror removes under the upload: said as such
+                if not doomed_folders(dl, mirror).related(entry.path):
+                    raise
+                raise Overlapped(
+                    f"{shown(mirror.location(entry.path))}: {DOOMED} on the mirror ({e}): not published there"
+                ) from None
             if doomed_folders(dl, mirror).related(entry.path):
                 self._once(
                     f"{shown(mirror.location(entry.path))}: {DOOMED} on the mirror: not published there"
@@ -153,6 +159,13 @@ class Tiers:
             mirror.write_manifest(dl, entry.name, manifest.encode(entry.name, rows))
             where = shown(mirror.location(entry.path))
             created = mirror.create_entry(dl, entry.name)
+            # The entry is this side's mark; then tomb/ and the save are read: a -mirror-keep prune (of
+            # this process or another) that overlapped is seen, or sees the entry (publish_entry).
+            why = overlapped(dl, mirror, entry.path, rows)
+            if why:
+                if created:
+                    withdraw(dl, mirror, entry.name, True)
+                raise Overlapped(f"{where}: {why} on the mirror: not published there")
             self.seen.append(entry.name)
             if created:
                 self.say.out(f"published {entry.name} (epoch {entry.epoch}, step {entry.step}, {where})")

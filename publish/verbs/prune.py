@@ -267,8 +267,7 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
         store.remove_entries(dl, [e.name for e in sched.gone])
         store.remove_manifests(dl, [e.name for e in sched.gone])
     store.remove_tombs(dl, [layout.tomb_name(f) for f in sched.stale])
-    if sched.orphans:
-        _named_since(dl, store, sched)
+    _named_since(dl, store, say, sched)
     for upload in sched.uploads:  # before the folders: none can complete into a folder once it is gone
         if store.abort_upload(dl, upload):
             say.out(aborted(store, upload))
@@ -335,17 +334,29 @@ def aborted(store: Store, upload: Upload, would: str = "") -> str:
     return f"{verb} {shown(store.location(upload.path))} (multipart upload {shown(upload.upload_id)})"
 
 
-def _named_since(dl: Deadline, store: Store, sched: Schedule) -> None:
-    """Read pub/ again now that the orphans' tombstones are durable: an orphan an entry published since
-    relates to stays, and its tombstone goes (from here on, watch and publish refuse what a tombstone
-    relates to).  A prune killed before this is finished the same way: the next one keeps a recorded folder
-    that a remaining entry relates to."""
+def _named_since(dl: Deadline, store: Store, say: Say, sched: Schedule) -> None:
+    """Read pub/ again now that this prune's tombstones are durable (its mark, made before it reads the
+    publishers'): a folder it recorded now (its own, and the orphans) that an entry published since relates
+    to stays, said on stderr, and its tombstone goes.  A publication makes its entry first, then reads
+    tomb/ (publish.verbs.publish.overlapped), so one of the two sees the other.  A folder recorded by an
+    earlier prune is removed all the same (that one may have begun): its publisher sees the tombstone, or
+    finds the save gone, and withdraws.  A prune killed before this is finished the same way: the next one
+    keeps a recorded folder that a remaining entry relates to."""
+    fresh = [f for f in sched.folders + sched.orphans if f not in sched.recorded]
+    if not fresh:
+        return
     now = layout.parse_all(store.list_entries(dl), store.location(PUB))
     named = layout.Nest([e.path for e in now])
-    taken = [f for f in sched.orphans if named.related(f)]
+    taken = {f for f in fresh if named.related(f)}
     if taken:
-        sched.orphans = [f for f in sched.orphans if f not in set(taken)]
-        store.remove_tombs(dl, [layout.tomb_name(f) for f in taken])
+        sched.folders = [f for f in sched.folders if f not in taken]
+        sched.orphans = [f for f in sched.orphans if f not in taken]
+        store.remove_tombs(dl, [layout.tomb_name(f) for f in sorted(taken)])
+        for folder in sorted(taken):
+            say.warn(
+                f"prune: left {shown(store.location(folder))} in place: an entry published meanwhile "
+                "names it, a folder inside it or one around it"
+            )
 
 
 def would_remove(dl: Deadline, store: Store, sched: Schedule) -> list[str]:

@@ -10,12 +10,28 @@ from publish.verbs import Say, common, shared
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from publish.stores.base import Store
+
+    Rows = list[tuple[str, int, str | None]]
+
+
+class Overlapped(Failure):
+    """A prune removed (or is removing) a save while it was being published: its entry, when this
+    publication made it, is withdrawn again, and the save is not published."""
 
 
 def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, path: str) -> bool:
     """Write the manifest of the save at ``path``, then create its entry; print it, or say it was already
-    there (its manifest left alone).  True when created."""
+    there (its manifest left alone).  True when created.
+
+    A prune may overlap.  Each side makes its mark, durable, before it reads the other's: this entry first,
+    then tomb/ is read (:func:`overlapped`); a prune writes its tombstones first, then reads pub/ (and keeps
+    what an entry published meanwhile relates to).  So at least one sees the other.  When this side sees a
+    tombstone relating to the save, or finds the save no longer whole (a prune that finished, tombstone
+    and all, before tomb/ was read), it withdraws the entry it made (and its manifest) and raises
+    :class:`Overlapped` naming the prune; ``published`` is printed only after both checks passed."""
     where = shown(store.location(path))
     try:
         path.encode("utf-8")
@@ -24,20 +40,62 @@ def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, p
             f"save {where}: its path below the root is not UTF-8, which an entry name must be"
         ) from None
     name = layout.name(epoch, step, path)
+    rows: Rows | None = None
     if not store.exists(dl, f"{layout.PUB}/{name}"):
-        write_manifest(dl, store, name, path, say)
-    if store.create_entry(dl, name):
+        try:
+            rows = write_manifest(dl, store, name, path, say)
+        except Failure as e:  # a save a prune removes while it is hashed: said as such
+            try:
+                why = overlapped(dl, store, path, None)
+            except Failure:
+                raise e from None  # the store failing: its first failure is the one said
+            if why:
+                raise Overlapped(f"save {where}: {why} ({e}): not published") from None
+            raise
+    created = store.create_entry(dl, name)
+    why = overlapped(dl, store, path, rows)
+    if why:
+        if created:
+            withdraw(dl, store, name, rows is not None)
+            raise Overlapped(f"save {where}: {why}: its entry {name} withdrawn, not published")
+        raise Overlapped(f"save {where}: {why}: not published")
+    if created:
         say.out(f"published {name} (epoch {epoch}, step {step}, {where})")
         return True
     say.warn(f"{name} already published (epoch {epoch}, step {step}, {where})")
     return False
 
 
-def write_manifest(dl: Deadline, store: Store, name: str, path: str, say: Say) -> None:
+def overlapped(
+    dl: Deadline, store: Store, path: str, rows: Sequence[tuple[str, int, str | None]] | None
+) -> str:
+    """Why the save at ``path``, its entry made (the mark), is not to be published, or "": tomb/ (one LIST)
+    names it or a folder around or inside it (a prune is removing it), or, read after that, the save is no
+    longer what ``rows`` (its manifest) records, or (no rows) no longer there: a prune removed it before
+    tomb/ was read, its tombstone dropped already."""
+    if doomed_folders(dl, store).related(path):
+        return DOOMED
+    if rows:
+        bad = store.check_rows(dl, path, list(rows), deep=False)
+        if bad is not None:
+            return f"{shown(bad[0])}: {bad[1]}: a prune removed it meanwhile (or a hand changed it)"
+    elif not store.holds(dl, path):
+        return "a prune removed it meanwhile (or a hand did): it does not exist"
+    return ""
+
+
+def withdraw(dl: Deadline, store: Store, name: str, manifest: bool) -> None:
+    """Remove the entry ``name`` this publication made, then (``manifest``: it wrote it) its manifest."""
+    store.remove_entries(dl, [name])
+    if manifest:
+        store.remove_manifests(dl, [name])
+
+
+def write_manifest(dl: Deadline, store: Store, name: str, path: str, say: Say) -> Rows:
     """Record every file of the save at ``path`` (size, and SHA-256 where the store can tell it) as the
     manifest of the entry ``name``, durably: before the entry, so no entry made here is ever without one.
     On POSIX, files the hashing had no time for (publish.stores.posix_saves.hash_budget) are said on
-    stderr: their rows hold sizes only."""
+    stderr: their rows hold sizes only.  Returns the rows written."""
     from publish import manifest
 
     rows = store.save_rows(dl, path, digests=True)
@@ -50,6 +108,7 @@ def write_manifest(dl: Deadline, store: Store, name: str, path: str, say: Say) -
                 "checks their sizes)"
             )
     store.write_manifest(dl, name, manifest.encode(name, rows))
+    return rows
 
 
 #: Why a save that a tombstone relates to is never published.

@@ -327,10 +327,12 @@ def test_an_orphan_published_while_prune_runs_stays(tmp_path: Path) -> None:
     policy = Policy(3)
     policy.orphans = Orphans(0.1, "C")
     out: list[str] = []
-    prune(UNBOUNDED, PublishedMeanwhile(), Say(out.append, out.append), policy)  # type: ignore[arg-type]
+    err: list[str] = []
+    prune(UNBOUNDED, PublishedMeanwhile(), Say(out.append, err.append), policy)  # type: ignore[arg-type]
     assert out == removed(
         str(root), ["exec/F/checkpoint-1", *[o for o in ORPHANS if o != "exec/A/checkpoint-3"]]
     )
+    assert len(err) == 1 and "exec/A/checkpoint-3 in place: an entry published meanwhile" in err[0]
     assert (root / "exec/A/checkpoint-3/model.bin").exists() and os.listdir(root / "tomb") == []
 
 
