@@ -50,7 +50,9 @@ def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, p
             except Failure:
                 raise e from None  # the store failing: its first failure is the one said
             if why:
-                raise Overlapped(f"save {where}: {why} ({e}): not published") from None
+                # the hashing's own failure adds what it met, unless it only says the save is gone
+                detail = f" ({e})" if why == DOOMED else ""
+                raise Overlapped(f"save {where}: {why}{detail}: not published") from None
             raise
     created = store.create_entry(dl, name)
     why = overlapped(dl, store, path, rows)

@@ -228,6 +228,8 @@ class Watcher:
                 self.metrics.count("publish_scan_errors_total")
             save = f"save {self._where(folder)}"
             text = str(e) if str(e).startswith(save) else f"{save}: {e}"
+            if text.endswith(": not published"):  # a withdrawn publication says so already
+                text = text[: -len(": not published")]
             self.say.warn(
                 f"{text}: not published, tried again on each scan (the other saves are published; "
                 f"{self._verb} will exit non-zero unless it is)"

@@ -421,7 +421,8 @@ def test_a_save_removed_between_its_completion_and_its_hashing_does_not_stop_the
     assert r.code == 1, r.err
     assert r.lines == [published(root, 3, "exec/a/checkpoint-3")]
     assert r.err == (
-        f"publish: save {saves}/checkpoint-2 does not exist: not published, tried again on each scan (the "
-        "other saves are published; watch will exit non-zero unless it is)\n"
+        f"publish: save {saves}/checkpoint-2: a prune removed it meanwhile (or a hand did): it does not exist: "
+        "not published, tried again on each scan (the other saves are published; watch will exit non-zero "
+        "unless it is)\n"
     )
     assert not (root / "man" / layout.name(0, 2, "exec/a/checkpoint-2")).exists()
