@@ -114,13 +114,13 @@ def framework_flag(fs: FlagSet, usage: str) -> Flag[str | None]:
 
 def keep_flag(fs: FlagSet) -> Flag[int | None]:
     """-mirror-keep, for run, watch, prune and status."""
-    from publish.go.gocompat import parse_decimal
+    from publish.go.gocompat import parse_go_int
 
     return fs.custom(
         "mirror-keep",
         None,
         "with -mirror: after saves are mirrored, prune the mirror to the latest `M` (default: no prune)",
-        lambda t: parse_decimal(t, minimum=1),
+        lambda t: parse_go_int(t, minimum=1),
         "M",
     )
 
