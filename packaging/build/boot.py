@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from importlib.machinery import ModuleSpec
     from types import ModuleType
+    from typing import Any
     from zipimport import zipimporter
 
 MORE = "lib/more.zip"
@@ -129,10 +130,20 @@ class _Finder:
 
         finder = self
 
-        class More(zipimport.zipimporter):
-            def find_spec(self, fullname: str, target: ModuleType | None = None) -> ModuleSpec | None:
-                finder._check_more()
-                return super().find_spec(fullname, target)
+        if hasattr(zipimport.zipimporter, "find_spec"):  # 3.10 and later
+
+            class More(zipimport.zipimporter):
+                def find_spec(self, fullname: str, target: ModuleType | None = None) -> ModuleSpec | None:
+                    finder._check_more()
+                    return super().find_spec(fullname, target)
+
+        else:  # 3.9: zipimporter has no find_spec, and the import system asks a path entry finder without
+            # one through find_loader (the module's loader, or a namespace package's portions)
+
+            class More(zipimport.zipimporter):
+                def find_loader(self, fullname: str, path: str | None = None) -> tuple[Any, list[str]]:
+                    finder._check_more()
+                    return super().find_loader(fullname, path)
 
         self._check_more()
         return More(path)
