@@ -26,6 +26,7 @@ The archive's format is written by packaging/build/freeze.py and read by packagi
 from __future__ import annotations
 
 import sys
+import zipimport  # built in: how pythonXY.zip, which holds this module, is read
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at start
 if TYPE_CHECKING:
@@ -33,9 +34,39 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from importlib.machinery import ModuleSpec
     from types import ModuleType
-    from zipimport import zipimporter
 
 MORE = "lib/more.zip"
+
+
+class _Zip39(zipimport.zipimporter):
+    """3.9's zipimporter with the find_spec, create_module and exec_module it has from 3.10.
+
+    3.9's loads a module with load_module, which puts the module in sys.modules before running its code,
+    unmarked: another thread importing it meanwhile gets it half made (`module 'hashlib' has no attribute
+    'sha256'` in the threads that hash a save for its manifest). Loaded through a spec and exec_module, the
+    module is marked as being initialised, and the other thread waits for it, as it does from 3.10."""
+
+    def find_spec(self, fullname: str, target: ModuleType | None = None) -> ModuleSpec | None:
+        from _frozen_importlib import ModuleSpec, spec_from_loader
+
+        loader, portions = self.find_loader(fullname)
+        if loader is not None:
+            return spec_from_loader(fullname, self, is_package=self.is_package(fullname))
+        if portions:  # a folder without __init__: a portion of a namespace package
+            spec = ModuleSpec(fullname, None, is_package=True)
+            spec.submodule_search_locations = portions
+            return spec
+        return None
+
+    def create_module(self, spec: ModuleSpec) -> None:
+        return None  # the module the import system makes
+
+    def exec_module(self, module: ModuleType) -> None:
+        exec(self.get_code(module.__name__), module.__dict__)
+
+
+#: The zipimporter this program uses: 3.10's and later as they are, 3.9's with their find_spec and exec_module.
+ZIP = zipimport.zipimporter if hasattr(zipimport.zipimporter, "exec_module") else _Zip39
 
 
 class _Finder:
@@ -119,17 +150,15 @@ class _Finder:
         where = "/".join([self.root, MORE, *package.split(".")]) if package else self.root + "/" + MORE
         return PathFinder.find_spec(name, [where])
 
-    def more_hook(self, path: str) -> zipimporter:
+    def more_hook(self, path: str) -> zipimport.zipimporter:
         """First on sys.path_hooks in the one-file form: the importer of a path inside more.zip (a package of
         more.zip, once imported, has its __path__ there, and its submodules are found through it, not through
         this finder): a zipimporter that checks more.zip (_unpack) before each search."""
         if not (path + "/").startswith(self.root + "/" + MORE + "/"):
             raise ImportError("not in more.zip")
-        import zipimport
-
         finder = self
 
-        class More(zipimport.zipimporter):
+        class More(ZIP):
             def find_spec(self, fullname: str, target: ModuleType | None = None) -> ModuleSpec | None:
                 finder._check_more()
                 return super().find_spec(fullname, target)
@@ -272,6 +301,15 @@ class _Finder:
             sys.stderr.flush()
 
 
+def _zip_hook() -> None:
+    """On 3.9, ZIP reads the zips on sys.path (pythonXY.zip) from now on, in place of zipimporter."""
+    if ZIP is not zipimport.zipimporter:
+        sys.path_hooks[:] = [ZIP if hook is zipimport.zipimporter else hook for hook in sys.path_hooks]
+        for path, importer in list(sys.path_importer_cache.items()):
+            if type(importer) is zipimport.zipimporter:
+                del sys.path_importer_cache[path]
+
+
 def _install() -> None:
     fd = sys._xoptions.get("publish-payload")
     payload = int(fd) if isinstance(fd, str) and fd.isdigit() else -1
@@ -282,6 +320,7 @@ def _install() -> None:
             os.set_inheritable(payload, False)  # the program's own children never see it
         except OSError:
             payload = -1
+    _zip_hook()
     finder = _Finder(sys.prefix, payload)
     if payload >= 0:
         if "zlib" not in sys.builtin_module_names:

@@ -22,6 +22,7 @@ __all__ = [
     "parse_decimal",
     "parse_duration_ns",
     "parse_go_bool",
+    "parse_go_int",
 ]
 
 # The `why` Go's strconv gives for a malformed number, and for one out of range.
@@ -315,3 +316,16 @@ def parse_decimal(text: str, *, minimum: int | None = None, below: int | None = 
     if below is not None and n >= below:
         raise ValueError(f"must be below {below}")
     return n
+
+
+def parse_go_int(text: str, *, minimum: int | None = None, below: int | None = None) -> int:
+    """A count as a Go ``int`` flag (64 bits) reads it, then held to ``minimum <= n < below``: a value
+    outside [-2^63, 2^63) is Go's ``value out of range`` whatever the bounds say, as ``FlagSet.integer``'s
+    ``int64`` flags (``-keep``) have it."""
+    try:
+        parse_decimal(text, minimum=-(1 << 63), below=1 << 63)
+    except ParseError:
+        raise
+    except ValueError:
+        raise RangeError() from None
+    return parse_decimal(text, minimum=minimum, below=below)

@@ -222,6 +222,11 @@ def flag_or_env(flag: Flag[str], env: Mapping[str, str], var: str) -> str:
 
 
 def check_attempt(attempt: str) -> str:
+    """The attempt (from -attempt or DISPATCH_ATTEMPT), when it names one folder of exec/ as it was meant
+    to: not with a ``/``, nor with a control character (a stray newline or tab would name another folder
+    than the trainer's, leaving the real one to ``-orphans``)."""
     if not attempt or "/" in attempt or "\0" in attempt or attempt in (".", ".."):
         raise UsageError(f"attempt {quoted(attempt)} is not one path element")
+    if redact.has_control(attempt):
+        raise UsageError(f"attempt {quoted(attempt)} holds a control character")
     return attempt

@@ -1,6 +1,6 @@
 """``-metrics FILE`` for watch and run: a Prometheus text-format file for node_exporter's textfile collector,
 written after every scan (and after run's prune and requeue) through a temporary file renamed into place,
-so the collector never reads half a file."""
+so the collector never reads half a file.  The file may not go in the root's own folders (:func:`refused`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import time
 
 from publish.errors import FileError
+from publish.layout import MAN, PUB, TOMB
 from publish.redact import shown
 
 TYPE_CHECKING = False
@@ -39,12 +40,64 @@ def label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def root_label(root: str) -> str:
+    """The ``root`` label's value: the root as it is, or, when it is not UTF-8 (a POSIX path's bytes; the
+    text format is UTF-8, and node_exporter refuses a whole file with one bad label), Go's ``%q`` of it,
+    quotes included, as messages show such a name.  A root starts with ``/`` or ``s3://``, never with a quote,
+    so the two forms never meet."""
+    try:
+        root.encode("utf-8")
+    except UnicodeEncodeError:
+        from publish.go.gocompat import go_quote
+
+        return go_quote(root)
+    return root
+
+
+def refused(path: str, root: str) -> str:
+    """Why the metrics file ``path`` may not be written for the POSIX root ``root`` (both absolute and
+    lexically clean, as the file is written), or "".  The root's ``pub/``, ``tomb/`` and ``man/`` hold only
+    what publish puts there (any other name in them fails every resolve or prune): the file may not be one of
+    them, nor lie inside one, by its path (``..`` taken lexically, as the file is written), by the path its
+    folder resolves to (symbolic links followed), nor in a folder that is one of them by another way in (a
+    bind mount).  Checked once, when the command starts."""
+    folder = path.rpartition("/")[0] or "/"
+    only = "which holds only publish's own files"
+    for name in (PUB, TOMB, MAN):
+        reserved = f"{root.rstrip('/')}/{name}"
+        if path == reserved or path.startswith(reserved + "/"):
+            return f"in the root's {name}/, {only}"
+    real = os.path.realpath(folder)
+    real_root = os.path.realpath(root)
+    ids: dict[tuple[int, int], str] = {}
+    for name in (PUB, TOMB, MAN):
+        reserved = f"{real_root.rstrip('/')}/{name}"
+        if real == reserved or real.startswith(reserved + "/"):
+            return f"its folder is {shown(real)}, in the root's {name}/, {only}"
+        with contextlib.suppress(OSError):
+            st = os.stat(reserved)
+            ids[(st.st_dev, st.st_ino)] = name
+    if ids:
+        at = real
+        while True:  # the folder and each folder above it, by identity
+            with contextlib.suppress(OSError):
+                st = os.stat(at)
+                name = ids.get((st.st_dev, st.st_ino), "")
+                if name:
+                    return f"its folder {shown(real)} is in {shown(at)}, the root's {name}/ by another path, {only}"
+            if at == "/":
+                break
+            at = at.rpartition("/")[0] or "/"
+    return ""
+
+
 class Metrics:
     """The counters of one watch or run, and the file they go to (``path``: absolute; "" writes nothing)."""
 
     def __init__(self, path: str, root: str, clock: float | None = None) -> None:
         self.path = path
         self.root = root
+        self._label = label(root_label(root))
         self.values = {name: 0.0 for name, _, _ in SERIES}
         self.values["publish_last_published_step"] = -1
         self.values["publish_last_published_timestamp_seconds"] = time.time() if clock is None else clock
@@ -61,7 +114,7 @@ class Metrics:
 
     def text(self) -> str:
         lines = []
-        root = label(self.root)
+        root = self._label
         for name, kind, help_text in SERIES:
             value = self.values[name]
             number = repr(float(value)) if name.endswith("_seconds") else str(int(value))

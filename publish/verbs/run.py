@@ -491,12 +491,13 @@ class Run(shared.SavesCommand):
 
 
 def _decimal(minimum: int) -> Callable[[str], int]:
-    """A flag's parser of a decimal count of at least ``minimum`` (Go's rules, imported when one is given)."""
+    """A flag's parser of a decimal count of at least ``minimum`` in Go's int range (Go's rules, imported when
+    one is given)."""
 
     def parse(text: str) -> int:
-        from publish.go.gocompat import parse_decimal
+        from publish.go.gocompat import parse_go_int
 
-        return parse_decimal(text, minimum=minimum)
+        return parse_go_int(text, minimum=minimum)
 
     return parse
 

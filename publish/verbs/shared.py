@@ -114,13 +114,13 @@ def framework_flag(fs: FlagSet, usage: str) -> Flag[str | None]:
 
 def keep_flag(fs: FlagSet) -> Flag[int | None]:
     """-mirror-keep, for run, watch, prune and status."""
-    from publish.go.gocompat import parse_decimal
+    from publish.go.gocompat import parse_go_int
 
     return fs.custom(
         "mirror-keep",
         None,
         "with -mirror: after saves are mirrored, prune the mirror to the latest `M` (default: no prune)",
-        lambda t: parse_decimal(t, minimum=1),
+        lambda t: parse_go_int(t, minimum=1),
         "M",
     )
 
@@ -179,14 +179,21 @@ class SavesCommand(Command):
             raise UsageError(f"invalid value {go_quote(text)} for WORLD_SIZE: {e}") from None
 
     def metrics_for(self, call: Call, root: roots.Root) -> Metrics | None:
-        """The metrics -metrics asks for (its file made absolute against the working directory), or None."""
+        """The metrics -metrics asks for (its file made absolute against the working directory), or None; a
+        file the root's own folders would hold is refused."""
         if not self.metrics.is_set:
             return None
         if not self.metrics.value:
             raise UsageError("-metrics is empty")
-        from publish.verbs.metrics import Metrics
+        from publish.verbs.metrics import Metrics, refused
 
         path = roots.clean_posix(self.metrics.value, call.cwd)
+        if isinstance(root, roots.PosixRoot):
+            why = refused(path, root.path)
+            if why:
+                from publish.redact import shown
+
+                raise UsageError(f"-metrics {shown(self.metrics.value)}: {why}")
         return Metrics(path, root.text)
 
     def chosen(self) -> Framework:

@@ -416,6 +416,57 @@ def test_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
     assert tree(root) == before
 
 
+CONTROL = ["C\n", "C\t", "C\x7f"]  # a stray newline, a tab, DEL (Go's %q escapes each: \n, \t, \x7f)
+
+
+@pytest.mark.parametrize("attempt", CONTROL)
+@pytest.mark.parametrize("source", ["flag", "env"])
+def test_an_attempt_holding_a_control_character_is_refused_and_the_attempt_it_meant_is_kept(
+    tmp_path: Path, attempt: str, source: str
+) -> None:
+    """Issue #31 (-attempt $'A\\n'): the attempt ``C<LF>`` is not the current attempt ``C`` with a stray
+    newline taken as one: prune -orphans refuses it as a usage error, as it refuses one holding ``/``, from
+    the flag and from DISPATCH_ATTEMPT, and the current attempt's folder stays with nothing removed (it was
+    taken for another attempt, and exec/C went as a leftover)."""
+    from publish.go.gocompat import go_quote
+
+    root = posix_root(tmp_path)
+    time.sleep(WAIT)  # every leftover old enough for -orphans-age
+    before = tree(root)
+    flag, env = (["-attempt", attempt], {}) if source == "flag" else ([], {"DISPATCH_ATTEMPT": attempt})
+    r = run_cli(*prune_args(root, "-orphans", "-orphans-age", AGE, *flag), env={**base_env(), **env})
+    assert r.code == 2, r
+    assert r.err.startswith(f"publish: attempt {go_quote(attempt)} holds a control character\n"), r.err
+    assert "usage: publish prune" in r.err
+    assert tree(root) == before
+    assert (root / "exec/C/tmp-checkpoint-9/model.bin").is_file()
+
+
+@pytest.mark.parametrize("attempt", CONTROL)
+@pytest.mark.parametrize("source", ["flag", "env"])
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["watch", "-framework", "hf"],
+        ["run", "-framework", "hf", "--", "true"],
+        ["status", "-keep", "1", "-orphans"],
+    ],
+)
+def test_every_verb_refuses_an_attempt_holding_a_control_character(
+    tmp_path: Path, verb: list[str], source: str, attempt: str
+) -> None:
+    """Issue #31: watch, run and status refuse such an attempt as prune does, from the flag and from
+    DISPATCH_ATTEMPT, before anything is touched: the root (missing here) is not made by run, nor watched."""
+    from publish.go.gocompat import go_quote
+
+    root = tmp_path / "new-root"
+    flag, env = (["-attempt", attempt], {}) if source == "flag" else ([], {"DISPATCH_ATTEMPT": attempt})
+    r = run_cli(verb[0], "-checkpoint", str(root), *flag, *verb[1:], env={**base_env(), **env})
+    assert r.code == 2, r
+    assert r.err.startswith(f"publish: attempt {go_quote(attempt)} holds a control character\n"), r.err
+    assert not root.exists()
+
+
 def test_http_date_reads_what_s3_sends_in_last_modified() -> None:
     from email.utils import parsedate_to_datetime
 

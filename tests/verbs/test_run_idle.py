@@ -344,3 +344,49 @@ def test_with_a_mirror_that_fails_the_root_counts_alone_and_says_so(weed: Weed, 
         "run: this dispatch published nothing (it had no save to resume from): idle requeue 1 of at most 2 in a row (-max-idle-requeues)"
         in err
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "code", "message"),
+    [
+        (["-requeue", "-max-idle-requeues", "9223372036854775807"], 0, ""),  # Go's greatest int
+        (
+            ["-requeue", "-max-idle-requeues", "9223372036854775808"],
+            2,
+            'invalid value "9223372036854775808" for flag -max-idle-requeues: value out of range',
+        ),
+        (
+            ["-requeue", "-max-idle-requeues", "-9223372036854775809"],
+            2,
+            'invalid value "-9223372036854775809" for flag -max-idle-requeues: value out of range',
+        ),
+        (
+            ["-requeue", "-max-idle-requeues", "-1"],
+            2,
+            'invalid value "-1" for flag -max-idle-requeues: must be at least 0',
+        ),
+        (["-keep", "9223372036854775807"], 0, ""),
+        (
+            ["-keep", "9223372036854775808"],
+            2,
+            'invalid value "9223372036854775808" for flag -keep: value out of range',
+        ),
+        (
+            ["-mirror-keep", "18446744073709551616"],
+            2,
+            'invalid value "18446744073709551616" for flag -mirror-keep: value out of range',
+        ),
+    ],
+)
+def test_counts_keep_gos_int_range(tmp_path: Path, flags: list[str], code: int, message: str) -> None:
+    """Issue #31 (-max-idle-requeues accepts 2^63 and more): run's counts are Go ints, as prune's -keep is: up
+    to 2^63-1 taken, beyond it Go's ``value out of range`` (exit 2) before anything runs."""
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    ran = tmp_path / "ran"
+    r = run_cli("run", "-checkpoint", str(root), "-framework", "hf", "-attempt", "A", *flags,
+                "--", "sh", "-c", f": > {ran}", env={"SLURM_JOB_ID": "5"})  # fmt: skip
+    assert r.code == code, r
+    if code:
+        assert r.err.startswith(f"publish: {message}\n") and "usage: publish run" in r.err, r.err
+    assert ran.exists() == (code == 0)
