@@ -44,7 +44,8 @@ def command(verb: str) -> Command:
 def verb_list() -> str:
     lines = ["usage: publish <verb> [flags] [arguments]", "", "verbs:"]
     summaries = {verb: command(verb).summary for verb in VERBS} | _OWN
-    lines += [f"  {verb:<8} {text}" for verb, text in summaries.items()]
+    width = max(map(len, summaries))  # each summary in one column, after the longest verb (completion)
+    lines += [f"  {verb:<{width}} {text}" for verb, text in summaries.items()]
     lines += ["", "Run publish <verb> -h for a verb's flags.", ""]
     return "\n".join(lines)
 

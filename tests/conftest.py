@@ -68,6 +68,24 @@ SERVER_FIXTURES = {
 }
 
 
+# ./test runs the suite with pytest-xdist (`-n 3 --dist loadfile`): most tests wait on servers, Slurm and
+# child processes more than they compute.  Each worker starts its own session servers (free ports, folders of
+# their own).  With loadfile a module's tests run on one worker, one after another, so what one module must not
+# share with itself stays unshared: the real one-node Slurm (one cluster for the machine: tests/jobs/test_slurm.py
+# is the one module that starts it), the stateful model of the promise, the module fixtures that build
+# something (Go's gourl, the one files of tests/house).  (--dist loadgroup would be finer, but pytest-xdist
+# 3.8 cannot set its group suffix on pytest 9's node ids: every test then runs where it lands.)  Tests whose
+# signals and terminals are timed against a child get the marker `serial`: ./test runs them after the
+# parallel pass, alone.
+SERIAL_MODULES = {"tests/test_signal_stop.py", "tests/verbs/test_run_tty.py"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "serial: ./test runs it alone, after the parallel pass (tests/conftest.py)"
+    )
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(items: list[Any]) -> None:
     # The long model run takes longer than the suite's 600 s per test (an hour and more on two cores); a
@@ -80,6 +98,8 @@ def pytest_collection_modifyitems(items: list[Any]) -> None:
         for marker, fixtures in SERVER_FIXTURES.items():
             if used & fixtures and item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
+        if item.nodeid.split("::", 1)[0] in SERIAL_MODULES:
+            item.add_marker("serial")
 
 
 @dataclass

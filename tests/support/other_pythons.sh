@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# tests/support/other_pythons.sh MAIN_PYTHON: ./test's last step. The tests that need no server, on the oldest and the
-# newest CPython that pyenv keeps here (3.9 and 3.13), each in a light virtual environment of its own
-# (.venv-py3.9, .venv-py3.13: tests/support/requirements-other-pythons.txt, no torch, no servers); then dist/py3.13
-# built with 3.13 as the build Python and tests/house/test_binary.py run against it with MAIN_PYTHON (the main .venv,
-# which has the S3 server those tests use). A missing Python is skipped with a note, or fails under CI=true.
+# tests/support/other_pythons.sh build | test LOGDIR: ./test's passes on the oldest and the newest CPython that
+# pyenv keeps here (3.9 and 3.13).
+#   build: dist/py3.9 and dist/py3.13, the default one file built with each as the build Python (./test runs
+#          tests/test_cli.py and tests/house/test_binary.py against each, with the main .venv, which has the S3
+#          server those tests use).
+#   test:  the tests that need no server, on each, in a light virtual environment of its own (.venv-py3.9,
+#          .venv-py3.13: tests/support/requirements-other-pythons.txt, no torch, no servers), the two side by
+#          side, their JUnit XML into LOGDIR.
+# A missing Python is skipped with a note, or fails under CI=true.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-main_py=$1
+what=${1:-}
+case $what in
+build) ;;
+test) logdir=${2:?usage: other_pythons.sh test LOGDIR} ;;
+*)
+  echo "usage: tests/support/other_pythons.sh build | test LOGDIR" >&2
+  exit 2
+  ;;
+esac
 
 say() { printf 'test: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -18,6 +30,24 @@ find_python() {
   dir=$(find "$root/versions" -mindepth 1 -maxdepth 1 -name "$1.*" 2>/dev/null | grep -E "/$1\.[0-9]+$" | sort -V | tail -1)
   [ -n "$dir" ] && [ -x "$dir/bin/python3" ] && echo "$dir/bin/python3"
 }
+
+pythons=()
+for ver in 3.9 3.13; do
+  py=$(find_python "$ver") || {
+    [ "${CI:-}" != true ] || die "no CPython $ver under $root/versions: CI runs the tests on 3.9 and 3.13 (pyenv install $ver)"
+    say "no CPython $ver under $root/versions: its run is skipped (pyenv install $ver)"
+    continue
+  }
+  pythons+=("$ver=$py")
+done
+
+if [ "$what" = build ]; then
+  for pair in "${pythons[@]}"; do
+    echo "== building dist/py${pair%%=*}/publish with ${pair#*=}"
+    PUBLISH_BUILD_PYTHON=${pair#*=} ./build python "dist/py${pair%%=*}"
+  done
+  exit 0
+fi
 
 # The tests that need a server, a tool or torch are left out by marker; the modules that import torch at the top
 # cannot even be collected without it. The unprivileged-user test runs the interpreter as nobody, who cannot
@@ -38,14 +68,9 @@ done
 
 # The two venvs first, then the two runs side by side (each is one process on one core; the machine has two),
 # each into a log of its own printed once both are done.
-newest=
 runs=()
-for ver in 3.9 3.13; do
-  py=$(find_python "$ver") || {
-    [ "${CI:-}" != true ] || die "no CPython $ver under $root/versions: CI runs the tests on 3.9 and 3.13 (pyenv install $ver)"
-    say "no CPython $ver under $root/versions: its run is skipped (pyenv install $ver)"
-    continue
-  }
+for pair in "${pythons[@]}"; do
+  ver=${pair%%=*} py=${pair#*=}
   venv=$PWD/.venv-py$ver
   stamp=$( (cat tests/support/requirements-other-pythons.txt; "$py" -c 'import sys; print(sys.version)') | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$venv/.publish-stamp" 2>/dev/null)" != "$stamp" ]; then
@@ -56,7 +81,6 @@ for ver in 3.9 3.13; do
     echo "$stamp" >"$venv/.publish-stamp"
   fi
   runs+=("$ver")
-  [ "$ver" != 3.13 ] || newest=$py
 done
 
 logs=$(mktemp -d)
@@ -64,7 +88,7 @@ pids=()
 for ver in "${runs[@]}"; do
   echo "== the tests that need no server, on $("$PWD/.venv-py$ver/bin/python" --version) (log: $logs/$ver.log)"
   "$PWD/.venv-py$ver/bin/python" -m pytest -p no:cacheprovider -q -m "$markers" "${ignore[@]}" "${deselect[@]}" \
-    >"$logs/$ver.log" 2>&1 &
+    --junitxml="$logdir/py$ver.xml" >"$logs/$ver.log" 2>&1 &
   pids+=($!)
 done
 failed=0
@@ -77,9 +101,3 @@ for i in "${!pids[@]}"; do
 done
 rm -rf "$logs"
 [ "$failed" = 0 ] || die "the tests that need no server failed on another Python (above)"
-
-if [ -n "$newest" ]; then
-  echo "== building dist/py3.13/publish with $newest, and the binary tests against it"
-  PUBLISH_BUILD_PYTHON=$newest ./build python dist/py3.13
-  PUBLISH_BIN="$PWD/dist/py3.13/publish" "$main_py" -m pytest -p no:cacheprovider -q tests/house/test_binary.py
-fi

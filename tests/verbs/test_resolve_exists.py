@@ -137,14 +137,52 @@ def open_root() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def test_an_unreadable_attempt_as_an_unprivileged_user(open_root: Path) -> None:
+def reachable_by_others(path: Path) -> bool:
+    """Whether a user who is neither its owner nor in its group can run ``path`` (every folder on the way)."""
+    path = Path(os.path.realpath(path))
+    return all(p.stat().st_mode & 0o001 for p in path.parents) and path.stat().st_mode & 0o005 == 0o005
+
+
+@pytest.fixture
+def open_command() -> Iterator[tuple[list[str], Path]]:
+    """The command under test, from a world-readable folder of its own: the checkout may be private (a clone
+    under /root or in a home made by adduser is mode 0700), and the unprivileged user cannot reach into it.
+    The package's source is copied there and run by the interpreter the venv was made from (publish needs
+    nothing but the standard library); a one file named by PUBLISH_BIN is copied there.  The command and the
+    folder (its working directory and PYTHONPATH)."""
+    d = Path(tempfile.mkdtemp(prefix="publish-as-nobody-", dir="/tmp"))
+    try:
+        cmd = command()
+        if cmd is None:
+            shutil.copytree(REPO / "publish", d / "publish", ignore=shutil.ignore_patterns("__pycache__"))
+            python = Path(os.path.realpath(sys.executable))
+            need(reachable_by_others(python), f"an interpreter other users can run ({python} is not)")
+            cmd = [str(python), "-m", "publish"]
+        elif os.sep in cmd[0]:
+            shutil.copyfile(cmd[0], d / "publish")
+            cmd = [str(d / "publish"), *cmd[1:]]
+        for folder, _dirs, files in os.walk(d):
+            os.chmod(folder, 0o755)
+            for f in files:
+                os.chmod(os.path.join(folder, f), 0o755 if f == "publish" else 0o644)
+        yield cmd, d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_an_unreadable_attempt_as_an_unprivileged_user(
+    open_root: Path, open_command: tuple[list[str], Path]
+) -> None:
+    """A save folder the user cannot list only makes the hint say so, for an unprivileged user too; and that
+    user runs the command from wherever the checkout is (issue #32: a clone in a 0700 folder failed with
+    "No module named publish")."""
     need(shutil.which("setpriv") is not None and os.geteuid() == 0, "setpriv, run as root")
     (open_root / "pub").mkdir(mode=0o755)
     (open_root / "exec/A/checkpoint-1").mkdir(parents=True)
     (open_root / "exec").chmod(0o755)
     (open_root / "exec/A").chmod(0o000)  # nobody cannot list it
-    cmd = command() or [sys.executable, "-m", "publish"]
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), "HOME": "/"}
+    cmd, folder = open_command
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/", "PYTHONPATH": str(folder)}
     proc = subprocess.run(
         [
             "setpriv",
@@ -157,7 +195,7 @@ def test_an_unreadable_attempt_as_an_unprivileged_user(open_root: Path) -> None:
             str(open_root),
         ],
         env=env,
-        cwd="/",
+        cwd=folder,
         capture_output=True,
         text=True,
         timeout=60,
