@@ -90,18 +90,14 @@ class Events:
         self.base = {
             os.fsencode(k): os.fsencode(v) for k, v in env.items() if not os.fsencode(k).startswith(PREFIX)
         }
-        self.failed = 0  # commands that failed, were killed or could not start; events dropped
-        self.ran = 0  # commands that ran to their end (whatever their status)
         self._lock = _thread.allocate_lock()
         self._queue: list[Event] = []
         self._wake = Flag()
         self._closing = False
         self._cut = False  # the end's -timeout passed: nothing more is started
+        self._ended = False  # the thread has returned, or will: nothing queued now would run
         self._running: child.Spawned | None = None
         self._worker: Worker | None = None
-
-    def wants(self, tier: str) -> bool:
-        return tier in self.commands
 
     def fire(self, tier: str, store: Store, epoch: int, step: int, path: str) -> None:
         """Queue the event of the entry (``epoch``, ``step``, ``path``) just published on ``store``, the
@@ -115,27 +111,30 @@ class Events:
             env[PREFIX + name.encode()] = os.fsencode(value)
         event = Event(tier, entry, env)
         with self._lock:
-            if self._closing and self._cut:
-                self._drop([event])
-                return
-            self._queue.append(event)
+            late = self._cut or self._ended  # a scan given up at the end, that went on and published
+            if not late:
+                self._queue.append(event)
+                if self._worker is None:
+                    self._worker = Worker(self._loop)
             wake = self._wake
-            if self._worker is None:
-                self._worker = Worker(self._loop)
+        if late:
+            self._drop([event], "published after the last events had run")
+            return
         wake.set()
 
-    def finish(self, timeout: float | None = None) -> None:
-        """Run what is queued for at most ``timeout`` seconds (-timeout); then kill the command still
-        running and drop the events left, saying how many.  Called once, at the end of the watch or run."""
-        budget = self.timeout if timeout is None else timeout
+    def finish(self) -> None:
+        """Run what is queued for at most -timeout; then kill the command still running and drop the
+        events left, saying how many.  Called once, at the end of the watch or run."""
         with self._lock:
             self._closing = True
             worker = self._worker
             wake = self._wake
+            if worker is None:  # nothing was queued: a late event is dropped, said
+                self._ended = True
         wake.set()
         if worker is None:
             return
-        worker.join(budget)
+        worker.join(self.timeout)
         if not worker.is_alive():
             return
         with self._lock:
@@ -146,7 +145,7 @@ class Events:
         if running is not None:
             _kill(running.pid)
         worker.join(REAP)
-        self._drop(left)
+        self._drop(left, f"-timeout passed at the end of the {self.verb}")
 
     # -- the worker
 
@@ -154,12 +153,14 @@ class Events:
         while True:
             with self._lock:
                 if self._cut:
+                    self._ended = True
                     return
                 if self._queue:
                     event: Event | None = self._queue.pop(0)
                 else:
                     event = None
                     if self._closing:
+                        self._ended = True
                         return
                     self._wake = Flag()
                     wake = self._wake
@@ -190,7 +191,6 @@ class Events:
         with self._lock:
             self._running = None
             cut = self._cut
-        self.ran += 1
         if overran:
             self._failed(event, "killed after -timeout")
         elif cut and code == -signal.SIGKILL:
@@ -203,23 +203,24 @@ class Events:
             self._failed(event, f"killed by {signal.name(-code)}")
 
     def _failed(self, event: Event, why: str) -> None:
-        self.failed += 1
         if self.metrics is not None:
             self.metrics.count(FAILED)
         self.say.warn(f"{FLAGS[event.tier]}: {event.entry}: {why}")
 
-    def _drop(self, events: list[Event]) -> None:
+    def _drop(self, events: list[Event], why: str) -> None:
         for tier, flag in FLAGS.items():
             mine = [e for e in events if e.tier == tier]
             if not mine:
                 continue
-            self.failed += len(mine)
             if self.metrics is not None:
                 self.metrics.count(FAILED, len(mine))
-            self.say.warn(
-                f"{flag}: {len(mine)} events dropped, not run: -timeout passed at the end of the {self.verb} "
-                f"(the first for {mine[0].entry}, the last for {mine[-1].entry})"
+            which = (
+                f"for {mine[0].entry}"
+                if len(mine) == 1
+                else f"the first for {mine[0].entry}, the last for {mine[-1].entry}"
             )
+            count = f"{len(mine)} event{'' if len(mine) == 1 else 's'}"
+            self.say.warn(f"{flag}: {count} dropped, not run: {why} ({which})")
 
 
 def _wait(started: child.Spawned, until: float) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -252,12 +253,49 @@ def test_a_hanging_hook_is_killed_with_its_children_and_the_end_is_bounded(tmp_p
     assert len(entries) == 3 and sorted(os.listdir(root / PUB)) == entries[-1:], out + err
     accounted = sum(f"on-publish: {e}: killed" in err for e in entries)
     for line in err.splitlines():
-        if line.startswith("publish: on-publish: ") and " events dropped, not run" in line:
+        if line.startswith("publish: on-publish: ") and " dropped, not run" in line:
             accounted += int(line.split()[2])
     assert accounted == 3, err
     started = [int(p) for p in pids.read_text().split()] if pids.exists() else []
     assert started, err
     assert [p for p in started if alive(p)] == []
+
+
+# A COMMAND that says it is ready, and on SIGTERM writes save 9 (the save a trainer makes when told to stop)
+# and exits 143.
+STOPPED = (
+    f"import os, signal, sys, time; sys.path.insert(0, {str(REPO)!r}); "
+    "from tests.support.trainer_saves import hf_save; from pathlib import Path; "
+    "signal.signal(signal.SIGTERM, lambda *a: (hf_save(Path(os.environ['PUBLISH_SAVES']), 9), os._exit(143))); "
+    "print('ready', flush=True); time.sleep(600)"
+)
+
+
+def test_run_stopped_by_sigterm_runs_the_last_scans_events(tmp_path: Path) -> None:
+    """Item "the last scan's events run within run's time budget": run stopped by SIGTERM passes it on, the
+    save COMMAND makes on it is published by the last scan, and its event (behind a slow one) still runs
+    before run exits with COMMAND's status."""
+    from tests.support.binaries import catches_sigterm
+    from tests.support.running import Running
+
+    root = tmp_path / "root"
+    run_cli("init", "-checkpoint", str(root))
+    saves(root, "A", [1])
+    cmd, log = hook(tmp_path)
+    r = Running(
+        "-checkpoint", str(root), "-framework", "hf", "-attempt", "A", "-interval", "1h", "-timeout", "60s",
+        "-on-publish", f"HOOK_SLEEP=0.5 {cmd}", "--", sys.executable, "-c", STOPPED,
+    )  # fmt: skip
+    r.wait_line("ready")
+    deadline = time.monotonic() + 30
+    while not catches_sigterm(r.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    r.proc.send_signal(signal.SIGTERM)
+    code, err, lines = r.finish(timeout=120)
+    assert code == 143, err
+    done = published(lines)
+    assert [e["PUBLISH_EVENT_ENTRY"].decode() for e in events(log)] == [e for e, _ in done], err  # type: ignore[union-attr]
+    assert [e["PUBLISH_EVENT_STEP"] for e in events(log)] == [b"1", b"9"], err
 
 
 def test_a_hooks_output_goes_to_stderr_never_to_stdout(tmp_path: Path) -> None:
