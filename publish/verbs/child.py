@@ -81,8 +81,9 @@ def start(
     """Start ``argv`` with ``env`` in a process group of its own; OSError when it cannot be executed.
 
     ``output``: a descriptor that becomes the program's stdout and stderr both (else they are inherited);
-    the program then also starts with no signal blocked, whatever thread starts it.  ``env`` may map
-    bytes to bytes (as ``os.environb``): each value reaches the program as it is."""
+    through posix_spawn the program then also starts with no signal blocked, whatever thread starts it (the
+    commands of -on-publish and -on-mirror, publish.verbs.events).  ``env`` may map bytes to bytes (as
+    ``os.environb``): each value reaches the program as it is."""
     if not spawn_reports_exec_errors():
         import subprocess
 
