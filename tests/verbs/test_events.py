@@ -241,7 +241,7 @@ def test_a_hanging_hook_is_killed_with_its_children_and_the_end_is_bounded(tmp_p
     pids = tmp_path / "pids"
     cmd = f"sleep 600 & echo $! >> {shlex.quote(str(pids))}; echo $$ >> {shlex.quote(str(pids))}; wait"
     proc = spawn(
-        "run", "-checkpoint", str(root), "-framework", "hf", "-attempt", "A", "-keep", "1", "-timeout", "1s",
+        "run", "-checkpoint", str(root), "-framework", "hf", "-attempt", "A", "-keep", "1", "-timeout", "3s",
         "-on-publish", cmd, "--", "true",
     )  # fmt: skip
     try:
