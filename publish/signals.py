@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from signal import SIG_DFL as SIG_DFL
     from signal import SIGCHLD as SIGCHLD
     from signal import SIGINT as SIGINT
+    from signal import SIGKILL as SIGKILL
     from signal import SIGPIPE as SIGPIPE
     from signal import SIGTERM as SIGTERM
     from signal import SIGXFSZ as SIGXFSZ
@@ -26,6 +27,7 @@ else:
         SIG_DFL,
         SIGCHLD,
         SIGINT,
+        SIGKILL,
         SIGPIPE,
         SIGTERM,
         SIGXFSZ,
@@ -49,6 +51,7 @@ __all__ = [
     "SIG_DFL",
     "SIGCHLD",
     "SIGINT",
+    "SIGKILL",
     "SIGPIPE",
     "SIGTERM",
     "SIGXFSZ",

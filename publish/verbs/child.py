@@ -75,29 +75,46 @@ class _Popened(Spawned):
         return self.returncode
 
 
-def start(argv: list[str], env: Mapping[str, str]) -> Spawned:
-    """Start ``argv`` with ``env`` in a process group of its own; OSError when it cannot be executed."""
+def start(
+    argv: list[str], env: Mapping[str, str] | Mapping[bytes, bytes], output: int | None = None
+) -> Spawned:
+    """Start ``argv`` with ``env`` in a process group of its own; OSError when it cannot be executed.
+
+    ``output``: a descriptor that becomes the program's stdout and stderr both (else they are inherited);
+    through posix_spawn the program then also starts with no signal blocked, whatever thread starts it (the
+    commands of -on-publish and -on-mirror, publish.verbs.events).  ``env`` may map bytes to bytes (as
+    ``os.environb``): each value reaches the program as it is."""
     if not spawn_reports_exec_errors():
         import subprocess
 
         if sys.version_info >= (3, 11):
-            return _Popened(subprocess.Popen(argv, env=env, process_group=0))  # novm
-        # the same setpgid(0, 0) in the child; os.setpgrp is C, so no Python code runs before exec
-        return _Popened(subprocess.Popen(argv, env=env, preexec_fn=os.setpgrp))
+            popen = subprocess.Popen(argv, env=env, process_group=0, stdout=output, stderr=output)  # novm
+        else:  # the same setpgid(0, 0) in the child; os.setpgrp is C, so no Python code runs before exec
+            popen = subprocess.Popen(argv, env=env, preexec_fn=os.setpgrp, stdout=output, stderr=output)
+        return _Popened(popen)
     from publish import signals as signal
 
     program = argv[0]
     if os.path.dirname(program):
         candidates = [program]
     else:  # PATH as the child's environment has it (os.get_exec_path's rule, without its warnings import)
-        candidates = [os.path.join(d, program) for d in env.get("PATH", os.defpath).split(os.pathsep)]
-    closes = [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited_descriptors()]
+        text = env.get("PATH", os.defpath)  # type: ignore[call-overload]
+        candidates = [os.path.join(d, program) for d in os.fsdecode(text).split(os.pathsep)]
+    actions: list[tuple[int, int] | tuple[int, int, int]] = []
+    if output is not None:  # dup2 makes inheritable copies; the closes below come after them
+        actions += [(os.POSIX_SPAWN_DUP2, output, 1), (os.POSIX_SPAWN_DUP2, output, 2)]
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited_descriptors()]
     defaults = [signal.SIGPIPE, signal.SIGXFSZ]  # Python ignores both; Popen's restore_signals puts them back
     first: OSError | None = None
     last: OSError | None = None
     for path in candidates:
         try:
-            pid = os.posix_spawn(path, argv, env, file_actions=closes, setpgroup=0, setsigdef=defaults)
+            if output is None:
+                pid = os.posix_spawn(path, argv, env, file_actions=actions, setpgroup=0, setsigdef=defaults)
+            else:  # an empty mask: a thread's blocked signals stay its own
+                pid = os.posix_spawn(
+                    path, argv, env, file_actions=actions, setpgroup=0, setsigdef=defaults, setsigmask=()
+                )
         except OSError as e:
             if e.errno not in _NO_SUCH and first is None:
                 first = e

@@ -32,6 +32,11 @@ SERIES = (
     ("publish_published_total", "counter", "Saves this process published."),
     ("publish_prune_removed_total", "counter", "Folders this process's prune removed."),
     ("publish_requeues_total", "counter", "Requeues this process asked Slurm for."),
+    (
+        "publish_events_failed_total",
+        "counter",
+        "-on-publish and -on-mirror commands that failed, were killed or did not start, and events dropped.",
+    ),
 )
 
 

@@ -26,6 +26,10 @@ from publish.verbs import Say, common, shared
 from publish.verbs.orphans import AGE
 from publish.verbs.pending import pending_names, pending_of
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from publish.verbs.events import Events
+
 #: An upload is given -timeout, and a second more for each MiB of the save (a slower one is cut off and
 #: redone by the next pass).
 RATE_FLOOR = 1 << 20
@@ -57,6 +61,7 @@ class Tiers:
         self.aborted_stale = False  # the stale multipart uploads were looked for
         self.failed = False  # an upload failed (said on stderr)
         self.seen: list[str] = []  # the mirror's entry names at its last listing, and those published since
+        self.events: Events | None = None  # -on-mirror: told of each entry published on the mirror
 
     # -- what is pending
 
@@ -169,6 +174,8 @@ class Tiers:
             self.seen.append(entry.name)
             if created:
                 self.say.out(f"published {entry.name} (epoch {entry.epoch}, step {entry.step}, {where})")
+                if self.events is not None:
+                    self.events.fire("mirror", mirror, entry.epoch, entry.step, entry.path)
                 return True
             self.say.warn(f"{entry.name} already published (epoch {entry.epoch}, step {entry.step}, {where})")
             return False

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     Launch = Callable[[list[str], dict[str, str]], Child]
 
+    from publish.verbs.events import Events
     from publish.verbs.idle import Budget
     from publish.verbs.metrics import Metrics
     from publish.verbs.mirror import Tiers
@@ -182,9 +183,11 @@ def run(
     world_size: int = 0,
     max_idle_requeues: int = 3,
     tiers: Tiers | None = None,
+    events: Events | None = None,
 ) -> int:
     """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish, or
-    after a requeue refused to an idle dispatch (publish.verbs.idle)."""
+    after a requeue refused to an idle dispatch (publish.verbs.idle).  ``events`` (-on-publish, -on-mirror)
+    are told of each publication, and given -timeout at the very end; they never change the status."""
     if requeue and (batch is None or not batch.job):
         raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
     saves = f"{EXEC}/{attempt}"
@@ -224,6 +227,9 @@ def run(
     watcher = Watcher(
         store, say, framework, saves, epoch, lenient=True, metrics=metrics, world_size=world_size
     )
+    watcher.events = events
+    if tiers is not None:
+        tiers.events = events
     if signals.received:
         say.warn(f"run: stopped by {signame(signals.received[0])} before {argv[0]} started")
         if budget is not None:
@@ -287,8 +293,9 @@ def run(
     if budget is not None:
         budget.dl = last
     return _finish(
-        say, status, fault, (store, last) if last else None, keep, requeue and stopped, batch, metrics, budget
-    )
+        say, status, fault, (store, last) if last else None, keep, requeue and stopped, batch, metrics, budget,
+        events,
+    )  # fmt: skip
 
 
 def _wait(
@@ -342,12 +349,16 @@ def _finish(
     batch: Batch | None,
     metrics: Metrics | None = None,
     budget: Budget | None = None,
+    events: Events | None = None,
 ) -> int:
     """Prune (after a last scan that finished), requeue when asked (and the idle budget allows), and the exit
-    status; the metrics file is written last, whatever happens."""
+    status; then the events still queued are given -timeout (a requeue never waits for them); the metrics
+    file is written last, whatever happens."""
     try:
         return _prune_and_requeue(say, status, fault, scanned, keep, requeue, batch, metrics, budget)
     finally:
+        if events is not None:
+            events.finish()
         if metrics is not None:
             metrics.flush(say.warn)
 
@@ -417,7 +428,7 @@ class Run(shared.SavesCommand):
     name = "run"
     synopsis = (
         f"publish run {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
-        "[-keep N [-keep-every K] [-keep-within D] [-orphans [-orphans-age 1h]]] [-mirror URL [-mirror-keep M]] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue [-max-idle-requeues K]] -- COMMAND [ARG...]"
+        "[-keep N [-keep-every K] [-keep-within D] [-orphans [-orphans-age 1h]]] [-mirror URL [-mirror-keep M]] [-on-publish CMD] [-on-mirror CMD] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue [-max-idle-requeues K]] -- COMMAND [ARG...]"
     )
     summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"
     attempt_usage = "the execution `A`: saves go to ROOT/exec/A (env DISPATCH_ATTEMPT; default: from Slurm's job, else unique)"
@@ -460,6 +471,7 @@ class Run(shared.SavesCommand):
             raise UsageError("-max-idle-requeues applies to -requeue: give -requeue")
         metrics = self.metrics_for(call, root)
         world_size = self.world_size_of(call)
+        events = self.events_for(call, framework, metrics)
         store = self.open(call, root, renew=True).store
         orphan_age = self.orphans_age.value if self.orphans.value else None
         tiers = None
@@ -486,7 +498,7 @@ class Run(shared.SavesCommand):
             dl, store, call.say, framework, attempt, epoch, call.args, env=call.env, root=root.text,
             interval=self.interval.value, timeout=timeout, signals=signals, keep=keep, resume_arg=resume_arg,
             requeue=requeue, batch=batch, metrics=metrics, world_size=world_size,
-            max_idle_requeues=self.max_idle.value, tiers=tiers,
+            max_idle_requeues=self.max_idle.value, tiers=tiers, events=events,
         )  # fmt: skip
 
 

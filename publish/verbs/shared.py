@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from publish.frameworks import Framework
     from publish.go.flags import Flag, FlagSet
+    from publish.verbs.events import Events
     from publish.verbs.metrics import Metrics
 
 
@@ -163,6 +164,17 @@ class SavesCommand(Command):
         self.epoch = epoch_flag(fs, self.epoch_default)
         self.mirror = mirror_flag(fs)
         self.mirror_keep = keep_flag(fs)
+        self.on_publish = fs.string(
+            "on-publish",
+            "",
+            "after each publication, run `CMD` with /bin/sh -c, its environment PUBLISH_EVENT_* (one at a "
+            "time, in order, each within -timeout; its output on stderr)",
+        )
+        self.on_mirror = fs.string(
+            "on-mirror",
+            "",
+            "with -mirror: after each save is published on the mirror, run `CMD` as -on-publish",
+        )
 
     def world_size_of(self, call: Call) -> int:
         """-world-size, else WORLD_SIZE (as torchrun sets it), else 0: not known."""
@@ -195,6 +207,24 @@ class SavesCommand(Command):
 
                 raise UsageError(f"-metrics {shown(self.metrics.value)}: {why}")
         return Metrics(path, root.text)
+
+    def events_for(self, call: Call, framework: Framework, metrics: Metrics | None) -> Events | None:
+        """The events -on-publish and -on-mirror ask for, or None (nothing of them is then imported); an
+        empty CMD, and -on-mirror without -mirror, are usage errors."""
+        commands = {}
+        for flag, tier in ((self.on_publish, "root"), (self.on_mirror, "mirror")):
+            if flag.is_set:
+                if not flag.value.strip():
+                    raise UsageError(f"-{flag.name} is empty")
+                commands[tier] = flag.value
+        if not commands:
+            return None
+        if "mirror" in commands and not (self.mirror is not None and self.mirror.is_set):
+            raise UsageError("-on-mirror applies to -mirror: give -mirror")
+        from publish.verbs.events import Events
+
+        timeout = self.timeout.value
+        return Events(commands, framework.name, call.env, call.say, timeout, metrics, verb=self.name)
 
     def chosen(self) -> Framework:
         """The -framework given; it is required."""

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from typing import Callable, Protocol
 
     from publish.stores.base import Store
+    from publish.verbs.events import Events
     from publish.verbs.metrics import Metrics
     from publish.verbs.mirror import Tiers
 
@@ -104,6 +105,7 @@ class Watcher:
         self.done: set[str] = set()  # folders published, found published, or faulty; never looked at again
         self.noted: set[tuple[str, str]] = set()  # (folder, kind) of each hint said, so each is said once
         self.on_publish: Callable[[], None] | None = None  # called after each entry this scan creates
+        self.events: Events | None = None  # -on-publish: told of each entry this scan creates
 
     @property
     def fault(self) -> bool:
@@ -199,6 +201,8 @@ class Watcher:
                 if created:
                     if self.metrics:
                         self.metrics.published(step)
+                    if self.events is not None:  # before the mirror's pass is woken: its event comes first
+                        self.events.fire("root", self.store, self.epoch, step, path)
                     if self.on_publish is not None:
                         self.on_publish()
                 self.done.add(folder)
@@ -294,15 +298,19 @@ def watch(
     metrics: Metrics | None = None,
     world_size: int = 0,
     tiers: Tiers | None = None,
+    events: Events | None = None,
 ) -> bool:
     """Scan every ``interval`` seconds until ``stop`` is set, then scan once more; each scan's store calls
     get a deadline of ``timeout`` seconds, and the last scan is given up after it.  With ``tiers``
     (-mirror), the uploads run beside the scans, and after the last scan they are given ``timeout`` seconds
-    to finish; False when some did not (or a pass failed)."""
+    to finish; False when some did not (or a pass failed).  ``events``: told of each publication (the
+    caller finishes them)."""
     store.check_root(UNBOUNDED)  # S3 sends nothing for it
     watcher = Watcher(store, say, framework, saves, epoch, metrics=metrics, world_size=world_size)
+    watcher.events = events
     uploader = None
     if tiers is not None:
+        tiers.events = events
         from publish.verbs.mirror import Uploader
 
         uploader = Uploader(tiers, interval)
@@ -325,7 +333,7 @@ class Watch(shared.SavesCommand):
     name = "watch"
     synopsis = (
         f"publish watch {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
-        "[-mirror URL [-mirror-keep M]] [-epoch N] [-attempt A] [SAVES]"
+        "[-mirror URL [-mirror-keep M]] [-on-publish CMD] [-on-mirror CMD] [-epoch N] [-attempt A] [SAVES]"
     )
     summary = "publish each save once it is complete, until SIGTERM or SIGINT"
     attempt_usage = "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)"
@@ -354,6 +362,7 @@ class Watch(shared.SavesCommand):
             saves = f"{EXEC}/{common.check_attempt(attempt)}"
         metrics = self.metrics_for(call, root)
         world_size = self.world_size_of(call)
+        events = self.events_for(call, framework, metrics)
         store = self.open(call, root, renew=True).store
         tiers = None
         if self.mirror_root(call, root) or self.mirror_keep.is_set:  # else nothing of the mirror is imported
@@ -361,10 +370,16 @@ class Watch(shared.SavesCommand):
 
             tiers = open_tiers(self, call, root, store)
         stop = call.stop or Flag()
-        whole = watch(
-            store, call.say, framework, saves, epoch, self.interval.value, self.timeout.value, stop, metrics,
-            world_size, tiers,
-        )  # fmt: skip
+        try:
+            whole = watch(
+                store, call.say, framework, saves, epoch, self.interval.value, self.timeout.value, stop,
+                metrics, world_size, tiers, events,
+            )  # fmt: skip
+        finally:
+            if events is not None:  # the events still queued, within -timeout; they never change the status
+                events.finish()
+                if metrics is not None:
+                    metrics.flush(call.say.warn)
         return 0 if whole else 1
 
 
