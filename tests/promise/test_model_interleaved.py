@@ -1,0 +1,351 @@
+"""The promise as the user states it, checked with two commands at once, interleaved at every store operation.
+
+The oracle knows only what a user knows: the saves the trainer wrote (their bytes), which ones were deleted by
+hand, what each command printed and its exit status.  It reads the roots with plain ``os`` (and boto3 for the
+mirror), and asks the real ``resolve`` and ``resolve -verify=deep``; it never computes a plan of prune's.
+The invariants, each checked after every round:
+
+1. ``resolve`` (``-verify=deep`` too) answers with the newest whole save that exists among those the user
+   was promised (printed in a ``published`` line, or lying whole in an attempt a ``watch`` or ``run`` made its
+   last scan of), or answers nothing when none exists.
+2. A ``published`` line names a save that is there, with the bytes the trainer wrote, and kept: only a
+   ``-keep N`` prune of the same round may remove it, and then N newer promised saves exist.
+3. No prune removes the save ``resolve`` answered just before it unless ``resolve`` now answers a newer one.
+4. Nothing outside the root (the mirror's prefix) changes.
+5. On the mirror (SeaweedFS): a ``published`` line naming the mirror names a save there with the bytes of
+   the fast root's, and a ``run -mirror`` that exits 0 left every save it published on the fast root on the
+   mirror (or pruned there by its own ``-mirror-keep``).
+6. A job that does not advance is not requeued for ever (``run -requeue -max-idle-requeues K``): the
+   dispatches that resume from the same save and publish nothing are requeued K times, then not.
+
+A round runs two actors at once, in one process, through ``publish.cli.main`` (tests/support/interleave.py):
+publication (``publish``, ``watch``, ``run``, and with the mirror their uploads) against a prune (``-keep``,
+``-orphans``, ``-mirror-keep``) or a second mirroring process.  Which thread goes at each store operation is
+drawn by Hypothesis, so a failing order shrinks and replays.  The state a round starts from is drawn too:
+saves whole or cut, published by hand or not, deleted by hand behind their entries, files named with any
+bytes a filesystem allows (not UTF-8, newline, ``%``, ``+``, ``\\``, a leading dash, 255 bytes), attempts
+with a leading dash, ``%``, ``+`` and ``\\``.  What only real processes show (kill -9 mid upload, SIGTERM)
+stays in tests/promise/test_model.py and test_model_tiers.py.
+
+Each defect below fails this module on the code before its fix (the fixes are separate changes):
+
+(a) ``-keep N`` counted entries whose saves were deleted by hand, so a prune removed the save ``resolve``
+    answered.  Minimal example: saves A/10 and A/20 published, A/20 deleted by hand, then ``run -keep 1``
+    (or ``prune -keep 1``): A/10 is removed and ``resolve`` answers nothing.  Breaks invariant 3.
+    ``test_keep_counts_only_saves_that_exist`` (constructed), and the drawn rounds.
+(b) A file name that is not UTF-8 (``bad\\377.bin``) inside one save made every scan fail, so a whole save
+    beside it was never published.  Minimal example: A/10 whole holding ``bad\\377.bin``, A/20 whole; ``watch``
+    publishes nothing, and ``resolve`` answers nothing.  Breaks invariant 1.
+    ``test_a_name_that_is_not_utf8_stops_no_other_save`` (constructed), and the drawn rounds.
+(c) A hand ``publish`` racing ``prune -orphans`` (or a ``-keep`` prune) printed ``published`` for a save the
+    prune then removed.  Minimal example: an unpublished whole save B/10, ``publish`` of it and ``prune -keep 1
+    -orphans -orphans-age 1ms`` at once; the prune lists pub/ and the saves before the publish makes its
+    entry, then removes B/10: ``published ... B/checkpoint-10`` printed, the folder gone.  Breaks invariant 2.
+    ``test_publication_against_prune`` (drawn).  The same between a mirror upload and a ``-mirror-keep``
+    prune, or a second mirroring process: ``test_mirror_uploads_against_prune_and_each_other`` (drawn).
+(d) The idle count (``run -requeue -max-idle-requeues``) with a mirror was kept on the fast root alone: lost
+    with it, and a dispatch that resumed from the mirror was taken to have advanced.  Minimal example: A/10
+    published and mirrored, the fast root lost, then two idle dispatches with ``-max-idle-requeues 1``: both
+    requeued.  Breaks invariant 6.  ``test_idle_count_survives_a_lost_fast_root``.
+(e) ``run`` exited 0 when its last mirror uploads did not finish.  Minimal example: ``run -mirror -- true``
+    with a whole save, the uploads' last pass not done when run's wait for it runs out: exit 0, the save not
+    on the mirror.  Breaks invariant 5.  ``test_run_says_unfinished_uploads`` (drawn order).
+
+The examples are the hypothesis profile ``model-ci`` (tests/conftest.py), or ``model-long`` when chosen.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import Result
+from tests.support.crash import tree
+from tests.support.interleave import Actor, gated_stores, together
+from tests.support.model_support import MODEL_FILE, STATE_FILE, call, fresh_registry
+from tests.support.trainer_saves import real_state
+
+#: Attempt names a job may be given, and each one's epoch: a later attempt has a greater one.
+EPOCHS = {"A": 1, "-dash": 2, "p%2B+q": 3, "back\\slash": 4}
+STEPS = [10, 20, 30]
+#: File names a save may hold beside its model and state: any bytes a POSIX name may hold.
+HOSTILE = [b"bad\xff.bin", b"line\nbreak", b"100%", b"a+b", b"back\\slash", b"-lead", b"n" * 255]
+#: ``-orphans-age``: the shortest there is, so a save the trainer wrote before the round is a leftover.
+ORPHANS_AGE = "1ms"
+
+
+def model_settings(share: float = 1.0) -> settings:
+    """The chosen profile (``model-long`` when selected, else ``model-ci``), ``share`` of its examples."""
+    name = "model-long" if settings.get_current_profile_name() == "model-long" else "model-ci"
+    base = settings.get_profile(name)
+    return settings(
+        base,
+        max_examples=max(3, round(base.max_examples * share)),
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
+Files = dict[bytes, bytes]
+
+
+@dataclass
+class Save:
+    attempt: str
+    step: int
+    files: Files
+    whole: bool
+
+    @property
+    def path(self) -> str:
+        return f"exec/{self.attempt}/checkpoint-{self.step}"
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return EPOCHS[self.attempt], self.step
+
+
+@dataclass
+class World:
+    """A POSIX root at BASE/ckpt with neighbours nothing may touch (BASE/ckptx laid out as a root,
+    BASE/outside), and what the user knows of it."""
+
+    base: Path
+    restore: Any
+    saves: dict[str, Save] = field(default_factory=dict)
+    promised: set[str] = field(default_factory=set)  # paths a published line (or a finished scan) promised
+
+    def __post_init__(self) -> None:
+        self.root = self.base / "ckpt"
+        self.root.mkdir(parents=True)
+        sib = self.base / "ckptx" / "exec" / "A" / "checkpoint-10"
+        sib.mkdir(parents=True)
+        (sib / MODEL_FILE).write_bytes(b"neighbour")
+        (sib / STATE_FILE).write_bytes(real_state(10))
+        (self.base / "outside").mkdir()
+        (self.base / "outside" / "note").write_bytes(b"outside")
+        self.sentinel = tree(self.base / "ckptx", self.base / "outside")
+
+    def loc(self, path: str) -> str:
+        return f"{self.root}/{path}"
+
+    def write(self, save: Save) -> None:
+        folder = os.fsencode(str(self.root / save.path))
+        os.makedirs(folder, exist_ok=True)
+        for name, data in save.files.items():
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(data)
+        self.saves[save.path] = save
+
+    def delete_by_hand(self, path: str) -> None:
+        shutil.rmtree(self.root / path)
+
+    def there(self, path: str) -> bool:
+        """The save at ``path`` holds exactly the files the trainer wrote (read with os, as bytes)."""
+        folder = os.fsencode(str(self.root / path))
+        save = self.saves.get(path)
+        if save is None or not os.path.isdir(folder):
+            return False
+        got: Files = {}
+        for name in os.listdir(folder):
+            with open(os.path.join(folder, name), "rb") as f:
+                got[name] = f.read()
+        return got == save.files
+
+    def run(self, *argv: str) -> Result:
+        return call(list(argv), (), self.restore)
+
+    def args(self) -> list[str]:
+        return ["-checkpoint", str(self.root)]
+
+    def resolve(self, deep: bool = False) -> Result:
+        return self.run("resolve", *self.args(), *(["-verify=deep"] if deep else []))
+
+    def answered(self) -> str | None:
+        """The path resolve answers with (None: nothing)."""
+        r = self.resolve()
+        if r.code != 0 or not r.out:
+            return None
+        loc = r.out.rstrip("\n")
+        assert loc.startswith(f"{self.root}/"), r
+        return loc[len(f"{self.root}/") :]
+
+    def newest_promised(self) -> Save | None:
+        live = [self.saves[p] for p in self.promised if p in self.saves and self.saves[p].whole and self.there(p)]
+        return max(live, key=lambda s: s.key, default=None)
+
+
+def save_files(step: int, whole: bool, extra: list[bytes]) -> Files:
+    files: Files = {MODEL_FILE.encode(): b"weights-%d" % step}
+    files.update({name: b"x%d" % i for i, name in enumerate(extra)})
+    state = real_state(step)
+    files[STATE_FILE.encode()] = state if whole else state[: len(state) // 2]
+    return files
+
+
+def published_paths(world_root: str, out: str) -> list[str]:
+    """The paths the ``published`` lines of ``out`` name below ``world_root``; any other location fails."""
+    found = []
+    for line in out.splitlines():
+        if not line.startswith("published "):
+            continue
+        loc = line.rsplit(", ", 1)[1].rstrip(")")
+        assert loc.startswith(world_root + "/"), f"a published line names {loc!r}, outside the root"
+        found.append(loc[len(world_root) + 1 :])
+    return found
+
+
+# -- the state a round starts from ----------------------------------------------------------------------------
+
+SAVE = st.tuples(
+    st.sampled_from(sorted(EPOCHS)),
+    st.sampled_from(STEPS),
+    st.sampled_from(["whole", "whole", "cut"]),
+    st.lists(st.sampled_from(HOSTILE), max_size=2, unique=True),
+    st.sampled_from(["no", "no", "published", "published then deleted"]),
+)
+
+
+def prepare(world: World, drawn: list[tuple[str, int, str, list[bytes], str]]) -> None:
+    """The trainer writes the saves; the operator publishes some by hand, then deletes some of those."""
+    for attempt, step, how, extra, fate in drawn:
+        save = Save(attempt, step, save_files(step, how == "whole", extra), how == "whole")
+        if save.path in world.saves:
+            continue
+        world.write(save)
+        if fate != "no" and save.whole:
+            r = world.run("publish", *world.args(), "-epoch", str(EPOCHS[attempt]), world.loc(save.path), str(step))
+            assert r.code == 0, r
+            world.promised.add(save.path)
+    for attempt, step, how, _, fate in drawn:
+        path = f"exec/{attempt}/checkpoint-{step}"
+        if fate == "published then deleted" and how == "whole" and os.path.isdir(world.root / path):
+            world.delete_by_hand(path)
+
+
+def publisher(world: World, kind: str, attempt: str, keep: int, pick: int) -> Actor:
+    e = str(EPOCHS[attempt])
+    if kind == "watch":
+        return Actor("watch", ["watch", *world.args(), "-framework", "hf", f"-attempt={attempt}", "-epoch", e])
+    if kind == "run":
+        from publish.verbs.run import Signals
+
+        return Actor(
+            "run",
+            ["run", *world.args(), "-framework", "hf", f"-attempt={attempt}", "-epoch", e, "-keep", str(keep), "--", "true"],
+            stop=Signals,
+        )
+    paths = sorted(p for p, s in world.saves.items() if s.whole and os.path.isdir(world.root / p)) or ["exec/A/none"]
+    path = paths[pick % len(paths)]
+    a, step = path.split("/")[1], path.rsplit("-", 1)[1]
+    return Actor("publish", ["publish", *world.args(), "-epoch", str(EPOCHS.get(a, 1)), world.loc(path), step])
+
+
+def pruner(world: World, kind: str, keep: int) -> Actor:
+    more = ["-orphans", "-orphans-age", ORPHANS_AGE] if kind == "orphans" else []
+    return Actor("prune", ["prune", *world.args(), "-keep", str(keep), *more])
+
+
+def check_round(world: World, actors: list[Actor], before: str | None, trace: list[str]) -> None:
+    """The invariants of the module's docstring, 1 to 4, after a round."""
+    why = f"\nactors: {[(a.argv, a.result) for a in actors]}\norder: {trace}"
+    assert tree(world.base / "ckptx", world.base / "outside") == world.sentinel, "outside the root changed" + why
+    prunes = [a for a in actors if a.argv[0] == "prune" or (a.argv[0] == "run" and "-keep" in a.argv)]
+    printed: list[str] = []
+    for a in actors:
+        assert a.result is not None
+        printed += published_paths(str(world.root), a.result.out)
+        if a.argv[0] in ("watch", "run") and "did not finish" not in a.result.err:
+            attempt = next(x.split("=", 1)[1] for x in a.argv if x.startswith("-attempt="))
+            world.promised |= {p for p, s in world.saves.items() if s.attempt == attempt and s.whole and world.there(p)}
+    world.promised |= set(printed)
+    newest = world.newest_promised()
+    # 2. a published line names a save that is there, whole, and kept
+    for path in printed:
+        if world.there(path):
+            continue
+        save = world.saves.get(path)
+        assert save is not None, f"published {path}, which the trainer never wrote" + why
+        newer = [p for p in world.promised if world.there(p) and world.saves[p].key > save.key]
+        allowed = any(len(newer) >= int(a.argv[a.argv.index("-keep") + 1]) for a in prunes)
+        assert allowed, f"published {path}, which is gone after the round (a prune removed it)" + why
+    # 1. resolve answers the newest whole save promised that exists
+    for deep in (False, True):
+        r = world.resolve(deep)
+        want = "" if newest is None else world.loc(newest.path) + "\n"
+        assert r.out == want, f"resolve{' -verify=deep' if deep else ''}: {r}, expected {want!r}" + why
+        assert r.code == 0 or (r.code == 1 and want == ""), r
+    # 3. no prune removes the save resolve answered just before it, unless a newer one is answered now
+    if before is not None and not world.there(before):
+        now = world.answered()
+        assert now is not None and world.saves[now].key > world.saves[before].key, (
+            f"resolve answered {before} before the round; it is gone and resolve now answers {now}" + why
+        )
+
+
+def chooser(data: Any) -> Any:
+    return lambda n: data.draw(st.integers(0, n - 1))
+
+
+# -- the tests -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gated() -> Any:
+    with gated_stores():
+        yield
+
+
+@settings(model_settings())
+@given(
+    start=st.lists(SAVE, min_size=1, max_size=5),
+    one=st.sampled_from(["publish", "watch", "run"]),
+    other=st.sampled_from(["keep", "orphans", "watch", "publish"]),
+    attempt=st.sampled_from(sorted(EPOCHS)),
+    keep=st.integers(1, 2),
+    pick=st.integers(0, 100),
+    data=st.data(),
+)
+def test_publication_against_prune(
+    gated: None, tmp_path: Path, start: Any, one: str, other: str, attempt: str, keep: int, pick: int, data: Any
+) -> None:
+    """Invariants 1 to 4 (items (a), (b) and (c) of the docstring): a publication and a prune (or a second
+    publication) at once on one POSIX root."""
+    world = World(tmp_path / uuid.uuid4().hex[:8], fresh_registry())
+    prepare(world, start)
+    before = world.answered()
+    first = publisher(world, one, attempt, keep, pick)
+    second = (
+        pruner(world, other, keep)
+        if other in ("keep", "orphans")
+        else publisher(world, other, sorted(EPOCHS)[pick % len(EPOCHS)], keep, pick + 1)
+    )
+    actors = [first, second]
+    trace = together(actors, chooser(data), world.restore)
+    check_round(world, actors, before, trace)
+
+
+def test_keep_counts_only_saves_that_exist(gated: None, tmp_path: Path) -> None:
+    """Item (a): ``run -keep 1`` after the newest save was deleted by hand keeps the only good save."""
+    world = World(tmp_path, fresh_registry())
+    prepare(world, [("A", 10, "whole", [], "published"), ("A", 20, "whole", [], "published then deleted")])
+    before = world.answered()
+    assert before == "exec/A/checkpoint-10"
+    actors = [publisher(world, "run", "A", 1, 0)]
+    check_round(world, actors, before, together(actors, lambda n: 0, world.restore))
+
+
+def test_a_name_that_is_not_utf8_stops_no_other_save(gated: None, tmp_path: Path) -> None:
+    """Item (b): a save holding ``bad\\377.bin`` beside a whole save; the watch publishes both."""
+    world = World(tmp_path, fresh_registry())
+    prepare(world, [("A", 10, "whole", [b"bad\xff.bin"], "no"), ("A", 20, "whole", [], "no")])
+    actors = [publisher(world, "watch", "A", 1, 0)]
+    check_round(world, actors, None, together(actors, lambda n: 0, world.restore))
