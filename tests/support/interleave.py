@@ -257,7 +257,7 @@ def together(actors: list[Actor], choose: Callable[[int], int], restore: Callabl
     restore()
     sched = Scheduler(choose)
     failures: list[BaseException] = []
-    parts = [sched.add(a.name) for a in actors]
+    parts = [sched.add(f"{i}:{a.name}") for i, a in enumerate(actors)]
 
     def body(actor: Actor, p: Part) -> None:
         sched.bind(p)
