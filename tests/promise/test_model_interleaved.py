@@ -179,7 +179,9 @@ class World:
         return loc[len(f"{self.root}/") :]
 
     def newest_promised(self) -> Save | None:
-        live = [self.saves[p] for p in self.promised if p in self.saves and self.saves[p].whole and self.there(p)]
+        live = [
+            self.saves[p] for p in self.promised if p in self.saves and self.saves[p].whole and self.there(p)
+        ]
         return max(live, key=lambda s: s.key, default=None)
 
 
@@ -222,7 +224,9 @@ def prepare(world: World, drawn: list[tuple[str, int, str, list[bytes], str]]) -
             continue
         world.write(save)
         if fate != "no" and save.whole:
-            r = world.run("publish", *world.args(), "-epoch", str(EPOCHS[attempt]), world.loc(save.path), str(step))
+            r = world.run(
+                "publish", *world.args(), "-epoch", str(EPOCHS[attempt]), world.loc(save.path), str(step)
+            )
             world.promised |= set(published_paths(str(world.root), r.out))  # promised only what it said
     for attempt, step, how, _, fate in drawn:
         path = f"exec/{attempt}/checkpoint-{step}"
@@ -233,13 +237,27 @@ def prepare(world: World, drawn: list[tuple[str, int, str, list[bytes], str]]) -
 def publisher(world: World, kind: str, attempt: str, keep: int, pick: int) -> Actor:
     e = str(EPOCHS[attempt])
     if kind == "watch":
-        return Actor("watch", ["watch", *world.args(), "-framework", "hf", f"-attempt={attempt}", "-epoch", e])
+        return Actor(
+            "watch", ["watch", *world.args(), "-framework", "hf", f"-attempt={attempt}", "-epoch", e]
+        )
     if kind == "run":
         from publish.verbs.run import Signals
 
         return Actor(
             "run",
-            ["run", *world.args(), "-framework", "hf", f"-attempt={attempt}", "-epoch", e, "-keep", str(keep), "--", "true"],
+            [
+                "run",
+                *world.args(),
+                "-framework",
+                "hf",
+                f"-attempt={attempt}",
+                "-epoch",
+                e,
+                "-keep",
+                str(keep),
+                "--",
+                "true",
+            ],
             stop=Signals,
         )
     paths = sorted(p for p, s in world.saves.items() if s.whole and os.path.isdir(world.root / p))
@@ -256,7 +274,9 @@ def pruner(world: World, kind: str, keep: int) -> Actor:
 def check_round(world: World, actors: list[Actor], before: str | None, trace: list[str]) -> None:
     """The invariants of the module's docstring, 1 to 4, after a round."""
     why = f"\nactors: {[(a.argv, a.result) for a in actors]}\norder: {trace}"
-    assert tree(world.base / "ckptx", world.base / "outside") == world.sentinel, "outside the root changed" + why
+    assert tree(world.base / "ckptx", world.base / "outside") == world.sentinel, (
+        "outside the root changed" + why
+    )
     prunes = [a for a in actors if a.argv[0] == "prune" or (a.argv[0] == "run" and "-keep" in a.argv)]
     printed: list[str] = []
     for a in actors:
@@ -264,7 +284,9 @@ def check_round(world: World, actors: list[Actor], before: str | None, trace: li
         printed += published_paths(str(world.root), a.result.out)
         if a.argv[0] in ("watch", "run") and "did not finish" not in a.result.err:
             attempt = next(x.split("=", 1)[1] for x in a.argv if x.startswith("-attempt="))
-            world.promised |= {p for p, s in world.saves.items() if s.attempt == attempt and s.whole and world.there(p)}
+            world.promised |= {
+                p for p, s in world.saves.items() if s.attempt == attempt and s.whole and world.there(p)
+            }
     world.promised |= set(printed)
     newest = world.newest_promised()
     # 2. a published line names a save that is there, whole, and kept
@@ -314,7 +336,15 @@ def gated() -> Any:
     data=st.data(),
 )
 def test_publication_against_prune(
-    gated: None, tmp_path: Path, start: Any, one: str, other: str, attempt: str, keep: int, pick: int, data: Any
+    gated: None,
+    tmp_path: Path,
+    start: Any,
+    one: str,
+    other: str,
+    attempt: str,
+    keep: int,
+    pick: int,
+    data: Any,
 ) -> None:
     """Invariants 1 to 4 (items (a), (b) and (c) of the docstring): a publication and a prune (or a second
     publication) at once on one POSIX root."""
@@ -381,7 +411,10 @@ class Tiers(World):
             return False
         under = f"{prefix}/{path}/"
         got = s3.list_objects_v2(Bucket=bucket, Prefix=under).get("Contents", [])
-        files = {o["Key"][len(under) :].encode(): s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read() for o in got}
+        files = {
+            o["Key"][len(under) :].encode(): s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+            for o in got
+        }
         return files == save.files
 
 
@@ -398,11 +431,17 @@ def check_tiers(world: Tiers, actors: list[Actor], trace: list[str]) -> None:
 
     for a in actors:
         assert a.result is not None
-        mirrored = published_paths(world.mirror.url, "\n".join(x for x in a.result.out.splitlines() if world.mirror.url in x))
+        mirrored = published_paths(
+            world.mirror.url, "\n".join(x for x in a.result.out.splitlines() if world.mirror.url in x)
+        )
         for path in mirrored:
-            assert path in on_mirror or may_be_gone(path), f"published {path} on the mirror; it is not there" + why
+            assert path in on_mirror or may_be_gone(path), (
+                f"published {path} on the mirror; it is not there" + why
+            )
         if a.argv[0] == "run" and a.result.code == 0:
-            fast = published_paths(str(world.root), "\n".join(x for x in a.result.out.splitlines() if world.mirror.url not in x))
+            fast = published_paths(
+                str(world.root), "\n".join(x for x in a.result.out.splitlines() if world.mirror.url not in x)
+            )
             for path in fast:
                 assert path in on_mirror or may_be_gone(path), (
                     f"run exited 0; {path}, which it published, is not on the mirror" + why
@@ -422,7 +461,14 @@ MIRRORING = st.sampled_from(["watch", "run"])
     data=st.data(),
 )
 def test_mirror_uploads_against_prune_and_each_other(
-    gated: None, weed: Any, tmp_path: Path, steps: list[int], one: str, other: str, mirror_keep: int, data: Any
+    gated: None,
+    weed: Any,
+    tmp_path: Path,
+    steps: list[int],
+    one: str,
+    other: str,
+    mirror_keep: int,
+    data: Any,
 ) -> None:
     """Invariants 2, 4 and 5 (items (c) and (e) of the docstring): a mirroring ``watch`` or ``run`` against a
     ``prune -mirror-keep`` or a second mirroring process, one fast root and its mirror."""
@@ -442,7 +488,9 @@ def test_mirror_uploads_against_prune_and_each_other(
 def mirroring(world: Tiers, kind: str, mirror_keep: int | None) -> Actor:
     more = [] if mirror_keep is None else ["-mirror-keep", str(mirror_keep)]
     if kind == "watch":
-        return Actor("watch", ["watch", *world.args(), "-framework", "hf", "-attempt=A", "-epoch", "1", *more])
+        return Actor(
+            "watch", ["watch", *world.args(), "-framework", "hf", "-attempt=A", "-epoch", "1", *more]
+        )
     from publish.verbs.run import Signals
 
     argv = ["run", *world.args(), "-framework", "hf", "-attempt=A", "-epoch", "1", *more, "--", "true"]

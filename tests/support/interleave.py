@@ -31,10 +31,7 @@ from tests.conftest import Result
 #: The store protocol's calls (publish/stores/base.py): each is one operation the scheduler may put
 #: another actor's before.  ``location`` only formats a path, and is not one.
 OPERATIONS = frozenset(
-    """check_root check_exists create_root list_entries entry_times create_entry remove_entries list_tombs
-    create_tombs remove_tombs create_mark write_manifest read_manifest list_manifests manifest_times
-    remove_manifests save_rows check_rows holds exists size read read_range list_folders list_files children
-    sizes newest uploads abort_upload remove_folder""".split()
+    ["check_root", "check_exists", "create_root", "list_entries", "entry_times", "create_entry", "remove_entries", "list_tombs", "create_tombs", "remove_tombs", "create_mark", "write_manifest", "read_manifest", "list_manifests", "manifest_times", "remove_manifests", "save_rows", "check_rows", "holds", "exists", "size", "read", "read_range", "list_folders", "list_files", "children", "sizes", "newest", "uploads", "abort_upload", "remove_folder"]
 )
 
 #: Choices after which a round no longer lets waits time out unless nothing else can go (a bound, so a
@@ -134,21 +131,25 @@ class Scheduler:
         with self.cv:
             while True:
                 while self.running is not None:
-                    if not self.cv.wait(timeout=max(deadline - time.monotonic(), 0.01)):
-                        if time.monotonic() > deadline:
-                            raise AssertionError(f"a round did not end within {LIMIT} s: {self.trace[-20:]}")
+                    waited = self.cv.wait(timeout=max(deadline - time.monotonic(), 0.01))
+                    if not waited and time.monotonic() > deadline:
+                        raise AssertionError(f"a round did not end within {LIMIT} s: {self.trace[-20:]}")
                 live = [p for p in self.parts if p.state != "done"]
                 if not live:
                     return
                 dead = [p for p in live if p.dead]
-                ready = [p for p in live if p.state in ("start", "gate") or (p.state == "wait" and p.flag.is_set())]
+                ready = [
+                    p for p in live if p.state in ("start", "gate") or (p.state == "wait" and p.flag.is_set())
+                ]
                 timed = [p for p in live if p.state == "wait" and p.timed and not p.flag.is_set()]
                 if dead:
                     pick = dead[0]  # unwinding an ended process's thread is no choice
                 else:
                     offered = ready + timed if self.choices < FREE_CHOICES else (ready or timed)
                     if not offered:
-                        raise AssertionError(f"every thread waits for another: {[(p.actor, p.label) for p in live]}")
+                        raise AssertionError(
+                            f"every thread waits for another: {[(p.actor, p.label) for p in live]}"
+                        )
                     pick = offered[self.choose(len(offered)) if len(offered) > 1 else 0]
                     self.choices += 1
                 self.trace.append(f"{pick.actor}:{pick.label}")
