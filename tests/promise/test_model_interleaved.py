@@ -42,14 +42,17 @@ Each defect below fails this module on the code before its fix (the fixes are se
     -orphans -orphans-age 1ms`` at once; the prune lists pub/ and the saves before the publish makes its
     entry, then removes B/10: ``published ... B/checkpoint-10`` printed, the folder gone.  Breaks invariant 2.
     ``test_publication_against_prune`` (drawn).  The same between a mirror upload and a ``-mirror-keep``
-    prune, or a second mirroring process: ``test_mirror_uploads_against_prune_and_each_other`` (drawn).
+    prune, or a second mirroring process: ``test_mirror_uploads_against_prune_and_each_other`` (drawn; its
+    ``model-ci`` run of 15 examples did not reach such an order on the code before: the mirror half of (c) has
+    no minimal example recorded yet, and a constructed order for it is still to be written).
 (d) The idle count (``run -requeue -max-idle-requeues``) with a mirror was kept on the fast root alone: lost
     with it, and a dispatch that resumed from the mirror was taken to have advanced.  Minimal example: A/10
     published and mirrored, the fast root lost, then two idle dispatches with ``-max-idle-requeues 1``: both
     requeued.  Breaks invariant 6.  ``test_idle_count_survives_a_lost_fast_root``.
 (e) ``run`` exited 0 when its last mirror uploads did not finish.  Minimal example: ``run -mirror -- true``
     with a whole save, the uploads' last pass not done when run's wait for it runs out: exit 0, the save not
-    on the mirror.  Breaks invariant 5.  ``test_run_says_unfinished_uploads`` (drawn order).
+    on the mirror.  Breaks invariant 5.  ``test_run_says_unfinished_uploads`` (the order chosen on purpose;
+    the drawn mirror rounds may take it too).
 
 The examples are the hypothesis profile ``model-ci`` (tests/conftest.py), or ``model-long`` when chosen.
 """
@@ -313,7 +316,7 @@ def check_round(world: World, actors: list[Actor], before: str | None, trace: li
 
 
 def chooser(data: Any) -> Any:
-    return lambda n: data.draw(st.integers(0, n - 1))
+    return lambda offered: data.draw(st.integers(0, len(offered) - 1))
 
 
 # -- the tests -------------------------------------------------------------------------------------------------
@@ -369,7 +372,7 @@ def test_keep_counts_only_saves_that_exist(gated: None, tmp_path: Path) -> None:
     before = world.answered()
     assert before == "exec/A/checkpoint-10"
     actors = [publisher(world, "run", "A", 1, 0)]
-    check_round(world, actors, before, together(actors, lambda n: 0, world.restore))
+    check_round(world, actors, before, together(actors, lambda offered: 0, world.restore))
 
 
 def test_a_name_that_is_not_utf8_stops_no_other_save(gated: None, tmp_path: Path) -> None:
@@ -377,7 +380,7 @@ def test_a_name_that_is_not_utf8_stops_no_other_save(gated: None, tmp_path: Path
     world = World(tmp_path, fresh_registry())
     prepare(world, [("A", 10, "whole", [b"bad\xff.bin"], "no"), ("A", 20, "whole", [], "no")])
     actors = [publisher(world, "watch", "A", 1, 0)]
-    check_round(world, actors, None, together(actors, lambda n: 0, world.restore))
+    check_round(world, actors, None, together(actors, lambda offered: 0, world.restore))
 
 
 # -- two tiers: a POSIX fast root and its SeaweedFS mirror --------------------------------------------------------
@@ -512,7 +515,7 @@ def test_idle_count_survives_a_lost_fast_root(
     world = Tiers(tmp_path, fresh_registry(), weed)
     prepare(world, [("A", 10, "whole", [], "no")])
     watch = mirroring(world, "watch", None)
-    together([watch], lambda n: 0, world.restore)
+    together([watch], lambda offered: 0, world.restore)
     assert world.on_mirror("exec/A/checkpoint-10"), watch.result
     shutil.rmtree(world.root)  # the node-local disk is gone
 
@@ -528,10 +531,25 @@ def test_idle_count_survives_a_lost_fast_root(
         argv = ["run", *world.args(), "-framework", "hf", f"-attempt=B{n}", "-epoch", "5", "-requeue",
                 "-max-idle-requeues", "1", "--", "true"]  # fmt: skip
         job = Actor("run", argv, env={"SLURM_JOB_ID": "5"}, stop=stopped)
-        together([job], lambda n: 0, world.restore)
+        together([job], lambda offered: 0, world.restore)
         assert job.result is not None
         codes.append((job.result.code, job.result.err))
         if n == 1:
             shutil.rmtree(world.root, ignore_errors=True)  # lost again between dispatches
     assert len(requeues) == 1, f"{len(requeues)} idle dispatches requeued, at most 1 allowed: {codes}"
     assert codes[-1][0] != 0, codes
+
+
+@pytest.mark.s3
+def test_run_says_unfinished_uploads(gated: None, weed: Any, tmp_path: Path) -> None:
+    """Invariant 5 (item (e) of the docstring): ``run -mirror`` whose wait for its last uploads runs out
+    before they finish exits non-zero; an order the drawn rounds may take, here taken on purpose."""
+    world = Tiers(tmp_path, fresh_registry(), weed)
+    prepare(world, [("A", 10, "whole", [], "no")])
+    actors = [mirroring(world, "run", None)]
+
+    def slow_uploads(offered: list[str]) -> int:  # time runs out for run's wait on the uploads, nothing else
+        late = [i for i, x in enumerate(offered) if "wait in finish (time out)" in x]
+        return late[0] if late else 0
+
+    check_tiers(world, actors, together(actors, slow_uploads, world.restore))

@@ -3,8 +3,8 @@
 Each actor is one command line run through ``publish.cli.main`` in a thread of its own.  While a round runs,
 ``publish.stores.open`` hands each command its store wrapped in :class:`Gated`: before every call of the
 store protocol (publish/stores/base.py) the calling thread parks and waits for its turn.  Exactly one thread
-runs between two store operations; :meth:`Scheduler.drive` picks which one goes next with ``choose`` (the
-test draws it from Hypothesis, so a failing order shrinks and replays).
+runs between two store operations; :meth:`Scheduler.drive` picks which one goes next with ``choose``, given
+what each thread waits at (the test draws it from Hypothesis, so a failing order shrinks and replays).
 
 The threads a command starts itself (``publish.threads.Worker``: the uploads beside the scans, a run's
 scanner, the bounded last scan) are threads of the same actor, parked as they start.  A wait on a
@@ -31,7 +31,39 @@ from tests.conftest import Result
 #: The store protocol's calls (publish/stores/base.py): each is one operation the scheduler may put
 #: another actor's before.  ``location`` only formats a path, and is not one.
 OPERATIONS = frozenset(
-    ["check_root", "check_exists", "create_root", "list_entries", "entry_times", "create_entry", "remove_entries", "list_tombs", "create_tombs", "remove_tombs", "create_mark", "write_manifest", "read_manifest", "list_manifests", "manifest_times", "remove_manifests", "save_rows", "check_rows", "holds", "exists", "size", "read", "read_range", "list_folders", "list_files", "children", "sizes", "newest", "uploads", "abort_upload", "remove_folder"]
+    [
+        "check_root",
+        "check_exists",
+        "create_root",
+        "list_entries",
+        "entry_times",
+        "create_entry",
+        "remove_entries",
+        "list_tombs",
+        "create_tombs",
+        "remove_tombs",
+        "create_mark",
+        "write_manifest",
+        "read_manifest",
+        "list_manifests",
+        "manifest_times",
+        "remove_manifests",
+        "save_rows",
+        "check_rows",
+        "holds",
+        "exists",
+        "size",
+        "read",
+        "read_range",
+        "list_folders",
+        "list_files",
+        "children",
+        "sizes",
+        "newest",
+        "uploads",
+        "abort_upload",
+        "remove_folder",
+    ]
 )
 
 #: Choices after which a round no longer lets waits time out unless nothing else can go (a bound, so a
@@ -66,7 +98,7 @@ class Scheduler:
 
     active: Scheduler | None = None
 
-    def __init__(self, choose: Callable[[int], int]) -> None:
+    def __init__(self, choose: Callable[[list[str]], int]) -> None:
         self.choose = choose
         self.cv = threading.Condition()
         self.parts: list[Part] = []
@@ -150,7 +182,8 @@ class Scheduler:
                         raise AssertionError(
                             f"every thread waits for another: {[(p.actor, p.label) for p in live]}"
                         )
-                    pick = offered[self.choose(len(offered)) if len(offered) > 1 else 0]
+                    labels = [f"{p.actor}:{p.label}" + (" (time out)" if p in timed else "") for p in offered]
+                    pick = offered[self.choose(labels) if len(offered) > 1 else 0]
                     self.choices += 1
                 self.trace.append(f"{pick.actor}:{pick.label}")
                 self.running = pick
@@ -224,7 +257,12 @@ def gated_stores() -> Iterator[None]:
         p = sched.current() if sched is not None else None
         if p is None or self.is_set():
             return bool(real_wait(self, timeout))
-        sched.park(p, "wait", "wait", self, timeout is not None)  # type: ignore[union-attr]
+        import sys
+
+        caller = sys._getframe(1).f_code.co_name
+        if caller == "join":  # Worker.join: who joins
+            caller = sys._getframe(2).f_code.co_name
+        sched.park(p, "wait", f"wait in {caller}", self, timeout is not None)  # type: ignore[union-attr]
         return bool(self.is_set())
 
     stores.open = open_gated  # type: ignore[assignment]
@@ -250,7 +288,9 @@ class Actor:
     ops: list[str] = field(default_factory=list)
 
 
-def together(actors: list[Actor], choose: Callable[[int], int], restore: Callable[[], None]) -> list[str]:
+def together(
+    actors: list[Actor], choose: Callable[[list[str]], int], restore: Callable[[], None]
+) -> list[str]:
     """Run ``actors`` at once, interleaved as ``choose`` picks at each store operation; each actor's result
     is set.  The order the threads went in is returned (for a failure's message)."""
     from publish.cli import main
