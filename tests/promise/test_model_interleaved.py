@@ -8,8 +8,9 @@ The invariants, each checked after every round:
 1. ``resolve`` (``-verify=deep`` too) answers with the newest whole save that exists among those the user
    was promised (printed in a ``published`` line, or lying whole in an attempt a ``watch`` or ``run`` made its
    last scan of), or answers nothing when none exists.
-2. A ``published`` line names a save that is there, with the bytes the trainer wrote, and kept: only a
-   ``-keep N`` prune of the same round may remove it, and then N newer promised saves exist.
+2. A ``published`` line names a save that is there, with the bytes the trainer wrote, at the moment it is
+   printed (checked then, no other thread running), and kept: only a ``-keep N`` prune of the same round
+   may remove it, and then N newer promised saves exist.
 3. No prune removes the save ``resolve`` answered just before it unless ``resolve`` now answers a newer one.
 4. Nothing outside the root (the mirror's prefix) changes.
 5. On the mirror (SeaweedFS): a ``published`` line naming the mirror names a save there with the bytes of
@@ -41,10 +42,16 @@ Each defect below fails this module on the code before its fix (the fixes are se
     prune then removed.  Minimal example: an unpublished whole save B/10, ``publish`` of it and ``prune -keep 1
     -orphans -orphans-age 1ms`` at once; the prune lists pub/ and the saves before the publish makes its
     entry, then removes B/10: ``published ... B/checkpoint-10`` printed, the folder gone.  Breaks invariant 2.
-    ``test_publication_against_prune`` (drawn).  The same between a mirror upload and a ``-mirror-keep``
-    prune, or a second mirroring process: ``test_mirror_uploads_against_prune_and_each_other`` (drawn; its
-    ``model-ci`` run of 15 examples did not reach such an order on the code before: the mirror half of (c) has
-    no minimal example recorded yet, and a constructed order for it is still to be written).
+    ``test_publication_against_prune`` (drawn).  The mirror half: a mirror upload racing a second mirroring
+    process whose ``-mirror-keep`` prunes the mirror (or a ``prune -mirror -mirror-keep``) printed
+    ``published`` for a mirror entry whose files were gone as it was printed.  Minimal example: A/10
+    published on the fast root, A/20 whole in A; process 0 (``watch -mirror -attempt=B``) uploads A/10's
+    objects and finds no tombstone on the mirror; process 1 (``watch -mirror -attempt=A -mirror-keep 1``)
+    uploads A/10 and enters it, publishes and uploads A/20, and prunes A/10 from the mirror (tombstone,
+    entry, manifest, objects); process 0 then writes A/10's manifest and creates its entry: ``published
+    ... s3://.../exec/A/checkpoint-10`` printed, no object under it.  Breaks invariant 2 ("at that moment",
+    checked as each line is printed).  ``test_mirror_upload_against_a_second_mirroring_process``
+    (constructed), and ``test_mirror_uploads_against_prune_and_each_other`` (drawn).
 (d) The idle count (``run -requeue -max-idle-requeues``) with a mirror was kept on the fast root alone: lost
     with it, and a dispatch that resumed from the mirror was taken to have advanced.  Minimal example: A/10
     published and mirrored, the fast root lost, then two idle dispatches with ``-max-idle-requeues 1``: both
@@ -125,6 +132,7 @@ class World:
     restore: Any
     saves: dict[str, Save] = field(default_factory=dict)
     promised: set[str] = field(default_factory=set)  # paths a published line (or a finished scan) promised
+    moments: list[str] = field(default_factory=list)  # published lines whose save was not there as printed
 
     def __post_init__(self) -> None:
         self.root = self.base / "ckpt"
@@ -228,7 +236,13 @@ def prepare(world: World, drawn: list[tuple[str, int, str, list[bytes], str]]) -
         world.write(save)
         if fate != "no" and save.whole:
             r = world.run(
-                "publish", *world.args(), "-epoch", str(EPOCHS[attempt]), world.loc(save.path), str(step)
+                "publish",
+                "-checkpoint",
+                str(world.root),
+                "-epoch",
+                str(EPOCHS[attempt]),
+                world.loc(save.path),
+                str(step),
             )
             world.promised |= set(published_paths(str(world.root), r.out))  # promised only what it said
     for attempt, step, how, _, fate in drawn:
@@ -274,9 +288,39 @@ def pruner(world: World, kind: str, keep: int) -> Actor:
     return Actor("prune", ["prune", *world.args(), "-keep", str(keep), *more])
 
 
+def at_the_moment(world: World, actors: list[Actor]) -> list[Actor]:
+    """``actors``, each ``published`` line they print checked as it is written, no other thread running (the
+    promise holds "at that moment"): the save it names is there with the trainer's bytes, on the tier it
+    names.  What is not is kept in ``world.moments``."""
+    fast = str(world.root)
+    mirror = world.mirror.url if isinstance(world, Tiers) else "\0"
+
+    def check(line: str) -> None:
+        if not line.startswith("published "):
+            return
+        loc = line.rsplit(", ", 1)[1].rstrip(")")
+        if isinstance(world, Tiers) and loc.startswith(mirror + "/"):
+            path = loc[len(mirror) + 1 :]
+            if not world.on_mirror(path):
+                world.moments.append(f"{line!r}: the mirror holds {sorted(world.mirror_files(path))} there")
+        elif loc.startswith(fast + "/"):
+            path = loc[len(fast) + 1 :]
+            if not world.there(path):
+                world.moments.append(f"{line!r}: the fast root does not hold that save whole")
+        else:
+            world.moments.append(f"{line!r} names neither root")
+
+    for a in actors:
+        a.on_line = check
+    return actors
+
+
 def check_round(world: World, actors: list[Actor], before: str | None, trace: list[str]) -> None:
     """The invariants of the module's docstring, 1 to 4, after a round."""
     why = f"\nactors: {[(a.argv, a.result) for a in actors]}\norder: {trace}"
+    assert not world.moments, (
+        "a published line named a save not there as it was printed:\n" + "\n".join(world.moments) + why
+    )
     assert tree(world.base / "ckptx", world.base / "outside") == world.sentinel, (
         "outside the root changed" + why
     )
@@ -360,7 +404,7 @@ def test_publication_against_prune(
         if other in ("keep", "orphans")
         else publisher(world, other, sorted(EPOCHS)[pick % len(EPOCHS)], keep, pick + 1)
     )
-    actors = [first, second]
+    actors = at_the_moment(world, [first, second])
     trace = together(actors, chooser(data), world.restore)
     check_round(world, actors, before, trace)
 
@@ -420,10 +464,20 @@ class Tiers(World):
         }
         return files == save.files
 
+    def mirror_files(self, path: str) -> list[str]:
+        """The keys under the mirror's folder of ``path``, relative to it."""
+        s3, bucket, prefix = self.mirror.s3, self.mirror.bucket, self.mirror.prefix
+        under = f"{prefix}/{path}/"
+        got = s3.list_objects_v2(Bucket=bucket, Prefix=under).get("Contents", [])
+        return [o["Key"][len(under) :] for o in got]
+
 
 def check_tiers(world: Tiers, actors: list[Actor], trace: list[str]) -> None:
     """Invariants 2, 4 and 5 on the mirror after a round."""
     why = f"\nactors: {[(a.argv, a.result) for a in actors]}\norder: {trace}"
+    assert not world.moments, (
+        "a published line named a save not there as it was printed:\n" + "\n".join(world.moments) + why
+    )
     assert world.beside_mirror() == world.mirror_sentinel, "keys beside the mirror changed" + why
     keeps = [int(a.argv[a.argv.index("-mirror-keep") + 1]) for a in actors if "-mirror-keep" in a.argv]
     on_mirror = {p for p in world.saves if world.on_mirror(p)}
@@ -483,7 +537,7 @@ def test_mirror_uploads_against_prune_and_each_other(
         if other == "mirror-keep"
         else mirroring(world, other, None)
     )
-    actors = [first, second]
+    actors = at_the_moment(world, [first, second])
     trace = together(actors, chooser(data), world.restore)
     check_tiers(world, actors, trace)
 
@@ -553,3 +607,55 @@ def test_run_says_unfinished_uploads(gated: None, weed: Any, tmp_path: Path) -> 
         return late[0] if late else 0
 
     check_tiers(world, actors, together(actors, slow_uploads, world.restore))
+
+
+def in_phases(*steps: tuple[str, str | None]) -> Any:
+    """A chosen order, as a list of steps (actor, until): the threads of ``actor`` (its prefix, "0:") go,
+    the first started of them first and a wait's time never running out while another can go, until one of them
+    waits at the store operation ``until`` (None: until the actor has ended); then the next step.  Once
+    the steps are done, the first thread offered goes."""
+    todo = list(steps)
+
+    def choose(offered: list[str]) -> int:
+        while todo:
+            who, until = todo[0]
+            mine = [i for i, x in enumerate(offered) if x.startswith(who)]
+            if not mine or (until is not None and any(offered[i].endswith(f":{until}") for i in mine)):
+                todo.pop(0)
+                continue
+            ready = [i for i in mine if not offered[i].endswith("(time out)")]
+            return (ready or mine)[0]
+        return 0
+
+    return choose
+
+
+@pytest.mark.s3
+def test_mirror_upload_against_a_second_mirroring_process(gated: None, weed: Any, tmp_path: Path) -> None:
+    """Invariant 2 on the mirror (the mirror half of item (c)), an order chosen on purpose.
+
+    A/10 is published on the fast root; A/20 lies whole in A, not yet published.  Two mirroring processes:
+    0 (``watch -mirror -attempt=B``, which publishes nothing of its own) and 1 (``watch -mirror -attempt=A
+    -mirror-keep 1``).  On the code before:
+
+    1. process 0's pass finds A/10 pending: no mirror entry; it uploads A/10's objects, finds no tombstone on
+       the mirror, and is about to write A/10's manifest and entry there;
+    2. process 1's first pass uploads A/10 too and creates its mirror entry; its scan publishes A/20 on the
+       fast root; its last pass uploads A/20, creates its entry, and prunes the mirror to 1: A/10's
+       tombstone, entry and manifest go, then its objects;
+    3. process 0 writes A/10's manifest and creates its entry (``If-None-Match: *`` succeeds: the entry is
+       gone) and prints ``published ... exec/A/checkpoint-10`` naming the mirror: the mirror's entry names a
+       save whose files are gone, at the moment the line is printed.
+
+    The same happens with a ``prune -mirror -mirror-keep 1`` as a third process in step 2 (after a second
+    uploader made the entry): the prune sees A/10 as an old entry's folder.  Neither the mirror's prune nor
+    the upload looks at the other between the upload's tombstone check and its entry."""
+    world = Tiers(tmp_path, fresh_registry(), weed)
+    prepare(world, [("A", 10, "whole", [b"100%"], "published")])
+    world.write(Save("A", 20, save_files(20, True, [b"-lead"]), True))
+    first = Actor("watch", ["watch", *world.args(), "-framework", "hf", "-attempt=B", "-epoch", "2"])
+    actors = at_the_moment(world, [first, mirroring(world, "watch", 1)])
+    trace = together(actors, in_phases(("0:", "s3.write_manifest"), ("1:", None)), world.restore)
+    why = f"\nactors: {[(a.argv, a.result) for a in actors]}\norder: {trace}"
+    assert "0:watch:s3.create_entry" in trace, "the order was not the one described" + why
+    check_tiers(world, actors, trace)

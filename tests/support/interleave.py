@@ -284,6 +284,9 @@ class Actor:
     argv: list[str]
     env: Mapping[str, str] = field(default_factory=dict)
     stop: Callable[[], Any] | None = None  # makes main's ``stop`` in the actor's thread
+    #: called with each line the command writes to stdout, as it writes it: in the writing thread, while no
+    #: other thread runs (the roots are as they were at that moment)
+    on_line: Callable[[str], None] | None = None
     result: Result | None = None
     ops: list[str] = field(default_factory=list)
 
@@ -302,7 +305,7 @@ def together(
 
     def body(actor: Actor, p: Part) -> None:
         sched.bind(p)
-        out, err = io.StringIO(), io.StringIO()
+        out, err = Lines(actor.on_line), io.StringIO()
         code = -1
         try:
             sched.park(p, "start", "started")
@@ -330,6 +333,23 @@ def together(
     if failures:
         raise failures[0]
     return sched.trace
+
+
+class Lines(io.StringIO):
+    """A stdout that hands each whole line to ``on_line`` as it is written."""
+
+    def __init__(self, on_line: Callable[[str], None] | None) -> None:
+        super().__init__()
+        self.on_line = on_line
+        self.partial = ""
+
+    def write(self, s: str) -> int:
+        n = super().write(s)
+        if self.on_line is not None:
+            *whole, self.partial = (self.partial + s).split("\n")
+            for line in whole:
+                self.on_line(line)
+        return n
 
 
 def _stopped() -> Any:
