@@ -88,6 +88,19 @@ EPOCHS = {"A": 1, "-dash": 2, "p%2B+q": 3, "back\\slash": 4}
 STEPS = [10, 20, 30]
 #: File names a save may hold beside its model and state: any bytes a POSIX name may hold.
 HOSTILE = [b"bad\xff.bin", b"line\nbreak", b"100%", b"a+b", b"back\\slash", b"-lead", b"n" * 255]
+#: Folders under exec/ whose names hold any bytes a POSIX name may hold, each holding a whole save's files: a
+#: leftover no one published (a step a framework cannot read in its name, an attempt no job is given).
+HOSTILE_FOLDERS = [
+    b"exec/A/checkpoint-30\xff",
+    b"exec/A/line\nbreak",
+    b"exec/A/" + b"c" * 255,
+    b"exec/bad\xff/checkpoint-40",
+    b"exec/nl\nx/checkpoint-40",
+    b"exec/-lead%+\\/checkpoint-40",
+]
+#: How exec/ is while a round runs: there, an empty folder in its place (a filesystem not mounted: every save
+#: looks gone), or a plain file in its place.
+EXEC_STATES = ["there", "there", "there", "unmounted", "file"]
 #: ``-orphans-age``: the shortest there is, so a save the trainer wrote before the round is a leftover.
 ORPHANS_AGE = "1ms"
 
@@ -155,6 +168,36 @@ class World:
             with open(os.path.join(folder, name), "wb") as f:
                 f.write(data)
         self.saves[save.path] = save
+
+    def leftover(self, rel: bytes) -> None:
+        """A folder no one publishes, named with any bytes, holding a whole save's files."""
+        folder = os.path.join(os.fsencode(str(self.root)), rel)
+        os.makedirs(folder, exist_ok=True)
+        for name, data in save_files(40, True, []).items():
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(data)
+
+    def take_exec(self, how: str) -> None:
+        """exec/ out of reach for a while: ``unmounted`` (an empty folder where it was) or ``file``."""
+        if how == "there":
+            return
+        (self.root / "exec").rename(self.root / "exec.away")
+        if how == "unmounted":
+            (self.root / "exec").mkdir()
+        else:
+            (self.root / "exec").write_bytes(b"not a folder")
+
+    def give_exec(self) -> None:
+        """exec/ back as it was (what a command made in the stand-in goes with it)."""
+        away = self.root / "exec.away"
+        if not away.exists():
+            return
+        stand_in = self.root / "exec"
+        if stand_in.is_dir() and not stand_in.is_symlink():
+            shutil.rmtree(stand_in)
+        elif stand_in.exists() or stand_in.is_symlink():
+            stand_in.unlink()
+        away.rename(stand_in)
 
     def delete_by_hand(self, path: str) -> None:
         shutil.rmtree(self.root / path)
@@ -324,6 +367,8 @@ def check_round(world: World, actors: list[Actor], before: str | None, trace: li
     assert tree(world.base / "ckptx", world.base / "outside") == world.sentinel, (
         "outside the root changed" + why
     )
+    for a in actors:  # 7. every failure names the thing at fault
+        assert a.result is not None and "internal error" not in a.result.err, "an internal error" + why
     prunes = [a for a in actors if a.argv[0] == "prune" or (a.argv[0] == "run" and "-keep" in a.argv)]
     printed: list[str] = []
     for a in actors:
@@ -359,6 +404,42 @@ def check_round(world: World, actors: list[Actor], before: str | None, trace: li
         )
 
 
+def out_of_reach(world: World, actors: list[Actor], before: str | None, trace: list[str]) -> None:
+    """Invariant 8, after a round run while exec/ was out of reach (then put back): no save could be seen,
+    so none was published and none removed: every prune of the round said why it removed nothing (exit
+    non-zero or a message), ``resolve`` meanwhile does not answer as if the saves were gone for good (exit 1
+    when it answered a save before), and once exec/ is back it answers the same save as before, and every
+    save published before is still published (deleted by hand one after another, newest first, each next one
+    is resolve's answer)."""
+    why = f"\nactors: {[(a.argv, a.result) for a in actors]}\norder: {trace}"
+    for a in actors:
+        assert a.result is not None
+        assert not published_paths(str(world.root), a.result.out), "published with exec/ out of reach" + why
+        if a.argv[0] == "prune" or (a.argv[0] == "run" and "-keep" in a.argv):
+            said = [x for x in a.result.err.splitlines() if "exec" in x]
+            assert a.result.code != 0 or said, "a prune with exec/ out of reach did not say why" + why
+    r = world.resolve()
+    if before is not None:
+        assert r.code == 1 and r.out == "", f"resolve with exec/ out of reach: {r}" + why
+    world.give_exec()
+    assert world.answered() == before, "resolve answers another save once exec/ is back" + why
+
+
+def still_published(world: World, why: str) -> None:
+    """Every save published and there is still published: deleted by hand one after another, newest first,
+    each next one is resolve's answer (used after a round that could publish nothing and remove nothing)."""
+    kept = sorted(
+        (s for p, s in world.saves.items() if p in world.promised and world.there(p)), key=lambda s: s.key
+    )
+    while kept:
+        newest = kept.pop()
+        if not newest.whole:
+            continue
+        assert world.answered() == newest.path, f"{newest.path} is no longer published" + why
+        world.delete_by_hand(newest.path)
+        world.promised.discard(newest.path)
+
+
 def chooser(data: Any) -> Any:
     return lambda offered: data.draw(st.integers(0, len(offered) - 1))
 
@@ -375,6 +456,8 @@ def gated() -> Any:
 @settings(model_settings())
 @given(
     start=st.lists(SAVE, min_size=1, max_size=5),
+    folders=st.lists(st.sampled_from(HOSTILE_FOLDERS), max_size=2, unique=True),
+    exec_state=st.sampled_from(EXEC_STATES),
     one=st.sampled_from(["publish", "watch", "run"]),
     other=st.sampled_from(["keep", "orphans", "watch", "publish"]),
     attempt=st.sampled_from(sorted(EPOCHS)),
@@ -386,6 +469,8 @@ def test_publication_against_prune(
     gated: None,
     tmp_path: Path,
     start: Any,
+    folders: list[bytes],
+    exec_state: str,
     one: str,
     other: str,
     attempt: str,
@@ -393,11 +478,15 @@ def test_publication_against_prune(
     pick: int,
     data: Any,
 ) -> None:
-    """Invariants 1 to 4 (items (a), (b) and (c) of the docstring): a publication and a prune (or a second
-    publication) at once on one POSIX root."""
+    """Invariants 1 to 4 and 7 (items (a), (b), (c), (f) and (g) of the docstring): a publication and a prune
+    (or a second publication) at once on one POSIX root; with ``exec_state`` not "there", exec/ is out of
+    reach while they run (invariant 8)."""
     world = World(tmp_path / uuid.uuid4().hex[:8], fresh_registry())
     prepare(world, start)
+    for rel in folders:
+        world.leftover(rel)
     before = world.answered()
+    world.take_exec(exec_state)
     first = publisher(world, one, attempt, keep, pick)
     second = (
         pruner(world, other, keep)
@@ -406,7 +495,11 @@ def test_publication_against_prune(
     )
     actors = at_the_moment(world, [first, second])
     trace = together(actors, chooser(data), world.restore)
+    if exec_state != "there":
+        out_of_reach(world, actors, before, trace)
     check_round(world, actors, before, trace)
+    if exec_state != "there":
+        still_published(world, f"\nactors: {[(a.argv, a.result) for a in actors]}\norder: {trace}")
 
 
 def test_keep_counts_only_saves_that_exist(gated: None, tmp_path: Path) -> None:
@@ -425,6 +518,36 @@ def test_a_name_that_is_not_utf8_stops_no_other_save(gated: None, tmp_path: Path
     prepare(world, [("A", 10, "whole", [b"bad\xff.bin"], "no"), ("A", 20, "whole", [], "no")])
     actors = [publisher(world, "watch", "A", 1, 0)]
     check_round(world, actors, None, together(actors, lambda offered: 0, world.restore))
+
+
+def test_prune_with_exec_unmounted_removes_nothing(gated: None, tmp_path: Path) -> None:
+    """Item (g), invariant 8: A/10 and A/20 published, exec/ replaced by an empty folder (its filesystem not
+    mounted); ``prune -keep 1`` sees every save gone.  It must remove nothing and say why; once exec/ is
+    back, A/20 deleted by hand leaves A/10 resolve's answer.  On the code before, the prune exits 0 saying
+    nothing and removes A/10's entry: resolve then answers nothing."""
+    world = World(tmp_path, fresh_registry())
+    prepare(world, [("A", 10, "whole", [], "published"), ("A", 20, "whole", [], "published")])
+    before = world.answered()
+    assert before == "exec/A/checkpoint-20"
+    world.take_exec("unmounted")
+    actors = [pruner(world, "keep", 1)]
+    trace = together(actors, lambda offered: 0, world.restore)
+    out_of_reach(world, actors, before, trace)
+    check_round(world, actors, before, trace)
+    still_published(world, f"\n{actors[0].result}")
+
+
+def test_prune_orphans_beside_folders_named_with_any_bytes(gated: None, tmp_path: Path) -> None:
+    """Item (f), invariant 7: leftovers in exec/ named ``bad\\377`` and ``nl\\nx`` (attempts no job is
+    given), A/10 published.  ``prune -orphans`` ends without an internal error, and A/10 stays resolve's
+    answer.  On the code before: ``publish: internal error: UnicodeEncodeError``, exit 1."""
+    world = World(tmp_path, fresh_registry())
+    prepare(world, [("A", 10, "whole", [], "published")])
+    for rel in (b"exec/bad\xff/checkpoint-40", b"exec/nl\nx/checkpoint-40"):
+        world.leftover(rel)
+    before = world.answered()
+    actors = [pruner(world, "orphans", 1)]
+    check_round(world, actors, before, together(actors, lambda offered: 0, world.restore))
 
 
 # -- two tiers: a POSIX fast root and its SeaweedFS mirror --------------------------------------------------------
