@@ -18,6 +18,12 @@ The invariants, each checked after every round:
    mirror (or pruned there by its own ``-mirror-keep``).
 6. A job that does not advance is not requeued for ever (``run -requeue -max-idle-requeues K``): the
    dispatches that resume from the same save and publish nothing are requeued K times, then not.
+7. Every failure names the thing at fault: no command ends in ``publish: internal error``.
+8. With exec/ out of reach (an empty folder in its place, as an unmounted filesystem leaves; or a file),
+   nothing is published and nothing removed: a prune says why (exit non-zero, or a message naming exec/);
+   ``resolve`` does not answer as if the saves were gone for good (exit 1 when it answered a save before);
+   once exec/ is back, ``resolve`` answers what it answered before, and every save published before is
+   still published (deleted by hand newest first, each next one is the answer).
 
 A round runs two actors at once, in one process, through ``publish.cli.main`` (tests/support/interleave.py):
 publication (``publish``, ``watch``, ``run``, and with the mirror their uploads) against a prune (``-keep``,
@@ -25,7 +31,8 @@ publication (``publish``, ``watch``, ``run``, and with the mirror their uploads)
 drawn by Hypothesis, so a failing order shrinks and replays.  The state a round starts from is drawn too:
 saves whole or cut, published by hand or not, deleted by hand behind their entries, files named with any
 bytes a filesystem allows (not UTF-8, newline, ``%``, ``+``, ``\\``, a leading dash, 255 bytes), attempts
-with a leading dash, ``%``, ``+`` and ``\\``.  What only real processes show (kill -9 mid upload, SIGTERM)
+with a leading dash, ``%``, ``+`` and ``\\``, leftover folders (attempts and saves) named with such bytes,
+and exec/ out of reach while the round runs.  What only real processes show (kill -9 mid upload, SIGTERM)
 stays in tests/promise/test_model.py and test_model_tiers.py.
 
 Each defect below fails this module on the code before its fix (the fixes are separate changes):
@@ -60,6 +67,17 @@ Each defect below fails this module on the code before its fix (the fixes are se
     with a whole save, the uploads' last pass not done when run's wait for it runs out: exit 0, the save not
     on the mirror.  Breaks invariant 5.  ``test_run_says_unfinished_uploads`` (the order chosen on purpose;
     the drawn mirror rounds may take it too).
+
+(f) ``prune -orphans`` ended in ``publish: internal error: UnicodeEncodeError`` (exit 1, nothing pruned)
+    when exec/ held a folder whose name is not UTF-8.  Minimal example: A/10 published, leftovers
+    ``exec/bad\\377/checkpoint-40`` and ``exec/nl\\nx/checkpoint-40``, ``prune -keep 1 -orphans``.  Breaks
+    invariant 7.  ``test_prune_orphans_beside_folders_named_with_any_bytes`` (constructed), and the drawn
+    rounds.
+(g) ``prune -keep N`` with exec/ unmounted (an empty folder in its place) exited 0 saying nothing and
+    removed every entry but the newest N: once exec/ was back, the older saves were no longer published.
+    Minimal example: A/10 and A/20 published, exec/ unmounted, ``prune -keep 1``; then A/20 deleted by
+    hand: ``resolve`` answers nothing.  Breaks invariant 8.
+    ``test_prune_with_exec_unmounted_removes_nothing`` (constructed), and the drawn rounds.
 
 The examples are the hypothesis profile ``model-ci`` (tests/conftest.py), or ``model-long`` when chosen.
 """

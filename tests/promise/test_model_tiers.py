@@ -22,8 +22,16 @@ The uploads run beside the scans, so a pass may start before a scan published ev
 ``-mirror-keep`` which saves a pass uploads, and whether an upload that must fail is tried, depend on that
 order: the model allows each outcome the spec allows, checks the one that happened, and goes on from it.
 
-A run is 25 examples of 25 steps (about a minute on two cores), the hypothesis profile ``model-ci``'s other
-settings kept; with ``--hypothesis-profile=model-long``, a quarter of that profile's examples with its steps.
+The oracle states the user's promise, never prune's plan: after a prune (``prune``, ``prune -mirror``, the
+prunes of ``run -keep`` and of ``-mirror-keep``), each folder it said it removed is gone, the N newest
+published saves that existed are there (``-keep N``; ``-mirror-keep M`` on the mirror), a save published on
+the fast root and not on the mirror is there unless M newer saves are on the mirror, and ``resolve -mirror``
+answers a save at least as new as before; which other folders it removed is its own business, and the model
+then follows what the tiers hold.
+
+A run is 12 examples of 25 steps (about two and a half minutes on two quiet cores), the hypothesis profile
+``model-ci``'s other settings kept; with ``--hypothesis-profile=model-long``, a quarter of that profile's
+examples with its steps.
 """
 
 from __future__ import annotations
@@ -575,13 +583,13 @@ class TiersModel(RuleBasedStateMachine):
 
 
 def tiers_settings() -> settings:
-    """25 examples of 25 steps, or with ``model-long`` a quarter of its examples, with its steps."""
+    """12 examples of 25 steps, or with ``model-long`` a quarter of its examples, with its steps."""
     if LONG:
         base = settings.get_profile("model-long")
         examples, steps = max(8, base.max_examples // 4), base.stateful_step_count
     else:
         base = settings.get_profile("model-ci")
-        examples, steps = 25, 25
+        examples, steps = 12, 25  # about two and a half minutes on two quiet cores
     return settings(
         base,
         max_examples=examples,
