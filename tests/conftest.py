@@ -92,7 +92,7 @@ def pytest_collection_modifyitems(items: list[Any]) -> None:
     # timeout in the middle would be replayed by Hypothesis as a flaky failure, not as a finding.
     long_model = settings.get_current_profile_name() == "model-long"
     for item in items:
-        if long_model and getattr(getattr(item, "module", None), "__name__", "").endswith("test_model"):
+        if long_model and "test_model" in getattr(getattr(item, "module", None), "__name__", ""):
             item.add_marker(pytest.mark.timeout(0))
         used = set(getattr(item, "fixturenames", ()))
         for marker, fixtures in SERVER_FIXTURES.items():

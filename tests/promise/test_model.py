@@ -14,6 +14,14 @@ deletes a published save; a byte of a published save flips; the credentials chan
 data (S3).  After every step, ``resolve -verify=deep`` answers with the newest save that matches the manifest
 written when it was published (every entry has one).
 
+The prune steps state the user's promise, never prune's plan: each ``removed`` line names a folder now gone,
+``-keep N`` leaves the N newest published saves that existed (a prune cut short need not), and the save
+``resolve`` answered before is there unless ``resolve`` now answers a newer one; which other folders and
+entries a prune removed is its own business, and the model then follows what the root holds.  On the code
+before, a sequence that deletes the newest published save by hand and then prunes with ``-keep 1`` fails
+here (item (a) of tests/promise/test_model_interleaved.py); the ``model-ci`` run does not always draw it,
+the interleaved module's constructed test does.
+
 The examples and steps per run are the hypothesis profile ``model-ci`` (registered in tests/conftest.py) or,
 with ``--hypothesis-profile=model-long``, that longer one.
 """
@@ -118,44 +126,52 @@ class RootModel(RuleBasedStateMachine):
     def newest_first(self) -> list[tuple[str, tuple[int, int, str]]]:
         return sorted(self.entries.items(), key=lambda kv: (kv[1][0], kv[1][1], kv[0]), reverse=True)
 
-    def plan(self, keep: int) -> tuple[list[str], list[str], list[str]]:
-        """What a prune -keep K does, from the spec: the entries it removes, the folders it removes (those it
-        finishes from tomb/ first, then its own, oldest first), and the entries it keeps."""
-        ordered = [n for n, _ in reversed(self.newest_first())]
-        # The newest K whose saves exist stay, as resolve looks; an entry newer than them whose save is
-        # gone counts for nothing, and stays.
-        cut, found = 0, 0
-        for i in range(len(ordered) - 1, -1, -1):
-            found += self.entries[ordered[i]][2] in self.saves
-            if found == max(keep, 1):
-                cut = i
-                break
-        gone, kept = ordered[:cut], ordered[cut:]
-        kept_paths = {self.entries[n][2] for n in kept}
+    def answer(self) -> tuple[tuple[int, int], str] | None:
+        """The save resolve answers with, as the user knows it: the newest published save that exists (its
+        epoch and step, and its path)."""
+        for _, (epoch, step, path) in self.newest_first():
+            if path in self.saves:
+                return (epoch, step), path
+        return None
 
-        def related(f: str) -> bool:
-            return any(f == k or k.startswith(f + "/") or f.startswith(k + "/") for k in kept_paths)
+    def newest_existing(self, keep: int) -> list[str]:
+        """The ``keep`` newest published saves that exist: what ``-keep N`` promises to leave."""
+        found: list[str] = []
+        for _, (_, _, path) in self.newest_first():
+            if path in self.saves and path not in found:
+                found.append(path)
+        return found[:keep]
 
-        folders: list[str] = []
-        for n in gone:
-            path = self.entries[n][2]
-            if path not in folders and not related(path):
-                folders.append(path)
-        resumed = sorted(t for t in self.tombs if t not in folders and not related(t))
-        return gone, resumed + folders, kept
-
-    def apply_prune(self, keep: int) -> str:
-        """The model after a whole prune; the lines it prints."""
-        gone, removals, _ = self.plan(keep)
-        for n in gone:
-            del self.entries[n]
-        lines = []
-        for folder in removals:
-            if folder in self.saves:
-                lines.append(f"removed {self.root.location(folder)}\n")
+    def after_prune(
+        self, out: str, answer: tuple[tuple[int, int], str] | None, newest: list[str], whole: bool
+    ) -> None:
+        """The user's promise after a prune (``whole``: one that was not cut short), then the model follows
+        the root: every ``removed`` line names a folder now gone; the N newest published saves that existed
+        are there (a whole prune); the save resolve answered before is there unless resolve now answers a
+        newer one.  Which other folders and entries it removed is the prune's business."""
+        real, _ = self.root.saves()
+        for line in out.splitlines():
+            assert line.startswith(f"removed {self.root.location('')}/"), f"an unexpected line {line!r}"
+            folder = line[len(f"removed {self.root.location('')}/") :]
+            assert folder not in real, f"prune said it removed {folder}, which is there"
+        if whole:
+            for path in newest:
+                assert path in real, f"-keep {len(newest)} left {path} gone, one of the newest that existed"
+        for folder in list(self.saves):
+            if folder not in real:
                 del self.saves[folder]
-        self.tombs = set()
-        return "".join(lines)
+            elif set(real[folder]) != set(self.saves[folder]):
+                assert set(real[folder]) <= set(self.saves[folder]), f"a prune added files to {folder}"
+                self.saves[folder] = {n: self.saves[folder][n] for n in real[folder]}
+        pub = self.root.names("pub")
+        assert pub <= set(self.entries) | self.planted_pub, "a prune made an entry"
+        self.entries = {n: e for n, e in self.entries.items() if n in pub}
+        self.tombs = {t for t in (unb32(n) for n in self.root.names("tomb")) if t is not None}
+        if answer is not None and answer[1] not in self.saves:
+            now = self.answer()
+            assert now is not None and now[0] > answer[0], (
+                f"prune removed {answer[1]}, resolve's answer before it; resolve now answers {now}"
+            )
 
     def every_save_gone(self) -> bool:
         """Entries, and none of their saves is there: a prune removes nothing and fails."""
@@ -280,6 +296,7 @@ class RootModel(RuleBasedStateMachine):
 
     @rule(keep=st.integers(1, 3))
     def prune(self, keep: int) -> None:
+        answer, newest = self.answer(), self.newest_existing(keep)
         r = self.root.run("prune", "-keep", str(keep))
         if not self.root_exists:
             if self.s3:
@@ -293,38 +310,18 @@ class RootModel(RuleBasedStateMachine):
         if self.every_save_gone():
             self.fails_loudly(r, "removed nothing")
             return
-        want = self.apply_prune(keep)
-        assert (r.code, r.out, r.err) == (0, want, ""), (
-            f"prune: {(r.code, r.out, r.err)!r}, expected {want!r}"
-        )
+        assert r.code == 0, f"prune: {(r.code, r.out, r.err)!r}"
+        self.after_prune(r.out, answer, newest, whole=True)
 
     @rule(keep=st.integers(1, 3), cut=st.integers(0, 40), land=st.booleans())
     def prune_cut_short(self, keep: int, cut: int, land: bool) -> None:
+        """A prune killed after ``cut`` of its steps: the user's promise holds as after a whole one (the save
+        resolve answered stays unless a newer one is answered), and a prune after it ends the same way."""
         assume(self.root_exists and not self.planted_pub and not self.planted_tomb)
         assume(not self.every_save_gone())
-        before = dict(self.entries)
-        gone, removals, kept = self.plan(keep)
+        answer, newest = self.answer(), self.newest_existing(keep)
         killed, r = self.root.cut_prune(keep, cut, land)
-        if not killed:
-            want = self.apply_prune(keep)
-            assert r.out == want, f"prune: {r.out!r}, expected {want!r}"
-            return
-        # Cut short: between the root before and after it, and tomb/ holds what is left to do.
-        pub = self.root.names("pub")
-        assert set(kept) <= pub <= set(before), "a cut prune removed a kept entry, or made one"
-        tombs = {unb32(n) for n in self.root.names("tomb")}
-        assert all(t in removals or t in self.tombs for t in tombs), f"unexpected tombstones {tombs}"
-        self.entries = {n: before[n] for n in pub}
-        self.tombs = {t for t in tombs if t is not None}
-        real, _ = self.root.saves()
-        for folder in removals:
-            if folder not in self.saves:
-                continue
-            if folder not in real:
-                del self.saves[folder]
-                continue
-            assert set(real[folder]) <= set(self.saves[folder]), f"a cut prune added files to {folder}"
-            self.saves[folder] = {n: self.saves[folder][n] for n in real[folder]}
+        self.after_prune(r.out, answer, newest, whole=not killed)
 
     @rule()
     def init(self) -> None:
