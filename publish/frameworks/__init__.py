@@ -84,6 +84,7 @@ FRAMEWORKS = {
     "dcp": Framework("dcp", "folders"),
     "snapshot": Framework("snapshot", "folders"),
     "lightning": Framework("lightning", "files"),
+    "megatron": Framework("megatron", "folders"),
     "deepspeed": Framework("deepspeed", "folders"),
 }
 

@@ -96,13 +96,13 @@ _BUILTINS = frozenset(
 )
 
 
-def _allowed(module: str, name: str) -> bool:
+def allowed(module: str, name: str) -> bool:
     if module in ("builtins", "__builtin__"):  # the second as a protocol 2 pickle from Python 2 names it
         return name in _BUILTINS
     return module.partition(".")[0] not in _REFUSED_ROOTS
 
 
-FORM = torch_pickle.Form("a DeepSpeed model states file", "a DeepSpeed save", _allowed, persistent=True)
+FORM = torch_pickle.Form("a DeepSpeed model states file", "a DeepSpeed save", allowed, persistent=True)
 Incomplete = torch_pickle.Incomplete
 
 
@@ -137,6 +137,27 @@ def read(
     Raises :class:`Incomplete` while the archive is not whole (still being written, or rewritten while it
     was read), and Failure naming ``where`` when it is anything but a torch.save archive of a DeepSpeed
     model-states dict, or is not read by ``deadline``."""
+    data = data_pkl(size, read_range, where)
+    try:
+        return torch_pickle.staged(
+            len(data),
+            deadline,
+            lambda: _layout(data, where, guarded=True),
+            lambda dl, guarded: _in_child(data, where, dl, guarded),
+            IN_PROCESS,
+            FAST_BASE,
+            FAST_RATE,
+            lambda dl: torch_pickle.timed_out(where, dl, FORM),
+        )
+    except Incomplete:  # torch.save writes data.pkl whole before any other member, and its CRC matched
+        raise Failure(f"{where}: its data.pkl ends before its pickle does") from None
+
+
+def data_pkl(size: int, read_range: Callable[[int, int], bytes], where: str) -> bytes:
+    """The ``<archive>/data.pkl`` of the torch.save archive of ``size`` bytes, checked against its CRC.
+
+    Raises :class:`Incomplete` while the archive is not whole (still being written, or rewritten while it
+    was read), and Failure naming ``where`` when it is not a torch.save archive or its pickle is over LIMIT."""
     import binascii
 
     found = ziptail.directory(size, read_range)
@@ -156,19 +177,7 @@ def read(
     data = ziptail.member(entry, end, read_range)
     if data is None or binascii.crc32(data) != crc:
         raise Incomplete  # its members are not where the directory says: it changed while it was read
-    try:
-        return torch_pickle.staged(
-            len(data),
-            deadline,
-            lambda: _layout(data, where, guarded=True),
-            lambda dl, guarded: _in_child(data, where, dl, guarded),
-            IN_PROCESS,
-            FAST_BASE,
-            FAST_RATE,
-            lambda dl: torch_pickle.timed_out(where, dl, FORM),
-        )
-    except Incomplete:  # torch.save writes data.pkl whole before any other member, and its CRC matched
-        raise Failure(f"{where}: its data.pkl ends before its pickle does") from None
+    return data
 
 
 def _in_child(data: bytes, where: str, deadline: Deadline, guarded: bool) -> Layout:
