@@ -85,6 +85,7 @@ FRAMEWORKS = {
     "snapshot": Framework("snapshot", "folders"),
     "lightning": Framework("lightning", "files"),
     "megatron": Framework("megatron", "folders"),
+    "nemo": Framework("nemo", "folders"),
     "deepspeed": Framework("deepspeed", "folders"),
 }
 

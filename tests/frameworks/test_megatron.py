@@ -7,10 +7,7 @@ writer on two CPU ranks (tests/support/megatron_writer.py), with saves shaped as
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,39 +19,13 @@ from publish.errors import Failure
 from publish.frameworks import FRAMEWORKS
 from publish.frameworks.parse import megatron_args
 from publish.stores.posix import PosixStore
-from publish.stores.s3 import S3Store
-from publish.verbs import Say
-from publish.verbs.watch import Watcher
-from tests.conftest import REPO, need
 from tests.support import deepspeed_saves as ds
 from tests.support import megatron_saves as mg
 from tests.support.dcp_shapes import Raw
+from tests.support.framework_scans import S3Saves, Scans, posix, tree, writer
 from tests.support.servers import S3Server
 
 MG = FRAMEWORKS["megatron"]
-
-
-class Scans:
-    """A Watcher over SAVES ``exec/A`` of ``store`` with ``-framework F``, and what it said."""
-
-    def __init__(self, store: Any, framework: str = "megatron") -> None:
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self.watcher = Watcher(
-            store, Say(self.out.append, self.err.append), FRAMEWORKS[framework], "exec/A", 0
-        )
-
-    def scan(self) -> list[int]:
-        """One scan; the steps published so far, in the order they were."""
-        self.watcher.scan(Deadline(60))
-        return [int(line.split("step ")[1].split(",")[0]) for line in self.out]
-
-
-def _posix(tmp_path: Path, framework: str = "megatron") -> tuple[Path, Scans]:
-    root = tmp_path / "ckpt"
-    saves = root / "exec" / "A"
-    saves.mkdir(parents=True, exist_ok=True)
-    return saves, Scans(PosixStore(str(root)), framework)
 
 
 def _whole(saves: Path, step: int, notes: list[str] | None = None) -> bool:
@@ -73,7 +44,7 @@ def test_a_save_the_tracker_never_reached_is_not_whole_however_whole_its_files(
 ) -> None:
     """verl #7952, Megatron-LM #5964: an async save whose tracker was never written, or a folder of a higher
     iteration than the tracker's, is not what Megatron resumes from: resolve must not answer it."""
-    saves, scans = _posix(tmp_path)
+    saves, scans = posix(tmp_path)
     mg.write(saves, files(1))
     mg.write(saves, files(2)[:-1])  # every file of iteration 2; the tracker still names 1
     assert scans.scan() == [1]
@@ -89,7 +60,7 @@ def test_a_save_the_tracker_never_reached_is_not_whole_however_whole_its_files(
 )
 def test_a_tracker_that_names_no_iteration_publishes_nothing(tmp_path: Path, tracker: bytes) -> None:
     """Hostile trackers: another script's digit (U+0663), a sign, a float, a NUL, 4 KiB and a byte."""
-    saves, scans = _posix(tmp_path)
+    saves, scans = posix(tmp_path)
     mg.write(saves, mg.torch_dist_files(3)[:-1])
     (saves / mg.TRACKER).write_bytes(tracker)
     assert scans.scan() == []
@@ -98,7 +69,7 @@ def test_a_tracker_that_names_no_iteration_publishes_nothing(tmp_path: Path, tra
 
 def test_a_tracker_over_4_kib_stops_watch_naming_it(tmp_path: Path) -> None:
     """As DeepSpeed's ``latest``: no Megatron tracker is that long, and every save of SAVES hangs on it."""
-    saves, scans = _posix(tmp_path)
+    saves, scans = posix(tmp_path)
     mg.write(saves, mg.torch_dist_files(3)[:-1])
     (saves / mg.TRACKER).write_bytes(b"3" + b" " * 4096)
     with pytest.raises(Failure, match=f"{mg.TRACKER} is over 4096 bytes"):
@@ -108,7 +79,7 @@ def test_a_tracker_over_4_kib_stops_watch_naming_it(tmp_path: Path) -> None:
 
 def test_saves_written_between_two_scans_are_all_published_in_step_order(tmp_path: Path) -> None:
     """The tracker naming a later iteration vouches for the earlier ones, whose own files are whole."""
-    saves, scans = _posix(tmp_path)
+    saves, scans = posix(tmp_path)
     for step in (10, 20, 30):
         mg.write(saves, mg.torch_dist_files(step))
     mg.write(saves, mg.legacy_files(40, tp=2))
@@ -121,7 +92,7 @@ def test_saves_written_between_two_scans_are_all_published_in_step_order(tmp_pat
 @pytest.mark.parametrize("drop", ["common.pt", "metadata.json", ".metadata", "__1_1.distcp"])
 def test_torch_dist_every_file_of_the_format_is_waited_for(tmp_path: Path, drop: str) -> None:
     """An uploader can land the tracker before any file of the folder (S3 uploads in any order)."""
-    saves, scans = _posix(tmp_path)
+    saves, scans = posix(tmp_path)
     files = mg.torch_dist_files(5)
     missing = next(f for f in files if f[0].endswith("/" + drop))
     mg.write(saves, [f for f in files if f is not missing])
@@ -132,7 +103,7 @@ def test_torch_dist_every_file_of_the_format_is_waited_for(tmp_path: Path, drop:
 
 @pytest.mark.parametrize("name", ["common.pt", "metadata.json", "__0_0.distcp", ".metadata"])
 def test_torch_dist_a_file_cut_anywhere_is_not_whole_and_says_nothing(tmp_path: Path, name: str) -> None:
-    saves, _ = _posix(tmp_path)
+    saves, _ = posix(tmp_path)
     files = dict(mg.torch_dist_files(5))
     mg.write(saves, list(files.items()))
     path = f"{mg.folder(5)}/{name}"
@@ -147,7 +118,7 @@ def test_torch_dist_a_file_cut_anywhere_is_not_whole_and_says_nothing(tmp_path: 
 
 
 def test_torch_dist_another_sharded_backend_is_named_once_and_never_published(tmp_path: Path) -> None:
-    saves, scans = _posix(tmp_path)
+    saves, scans = posix(tmp_path)
     mg.write(saves, mg.torch_dist_files(5))
     (saves / mg.folder(5) / "metadata.json").write_bytes(b'{"sharded_backend": "zarr\\n-x"}')
     assert scans.scan() == [] and scans.scan() == []
@@ -156,7 +127,7 @@ def test_torch_dist_another_sharded_backend_is_named_once_and_never_published(tm
 
 def test_torch_dcp_format_is_not_a_megatron_torch_dist_save(tmp_path: Path) -> None:
     """--ckpt-format torch_dcp writes DCP's files alone: no metadata.json; -framework dcp is its rule."""
-    saves, scans = _posix(tmp_path)
+    saves, scans = posix(tmp_path)
     mg.write(saves, [f for f in mg.torch_dist_files(5) if not f[0].endswith(("common.pt", "metadata.json"))])
     assert scans.scan() == []
 
@@ -173,7 +144,7 @@ def test_legacy_every_ranks_file_the_args_call_for_is_waited_for(
 ) -> None:
     """mp_rank_<tp>[_<pp>][_<ep>]/model_optim_rng.pt for every rank, distrib_optim.pt beside each under the
     distributed optimizer: the counts from the args the first rank's file records."""
-    saves, _ = _posix(tmp_path)
+    saves, _ = posix(tmp_path)
     files = mg.legacy_files(7, tp, pp, ep, optim)
     assert len(files) - 1 == tp * pp * ep * (2 if optim else 1)
     for i in range(len(files) - 1):
@@ -191,7 +162,7 @@ def test_legacy_every_ranks_file_the_args_call_for_is_waited_for(
 
 
 def test_legacy_args_before_expert_parallelism_count_one_expert_rank(tmp_path: Path) -> None:
-    saves, _ = _posix(tmp_path)
+    saves, _ = posix(tmp_path)
     file = mg.legacy_file(7, mg.args(tp=2, ep=None))
     mg.write(saves, [(f"{mg.folder(7)}/mp_rank_0{t}/model_optim_rng.pt", file) for t in (0, 1)])
     mg.write(saves, [(mg.TRACKER, b"7")])
@@ -216,7 +187,7 @@ def test_legacy_args_before_expert_parallelism_count_one_expert_rank(tmp_path: P
 def test_a_hostile_legacy_file_is_refused_once_naming_it_and_runs_nothing(
     tmp_path: Path, fields: Any, why: str
 ) -> None:
-    saves, scans = _posix(tmp_path)
+    saves, scans = posix(tmp_path)
     mg.write(saves, mg.legacy_files(1))
     bad = [
         (
@@ -234,7 +205,7 @@ def test_a_hostile_legacy_file_is_refused_once_naming_it_and_runs_nothing(
 
 def test_colliding_keys_past_the_in_process_size_are_refused_by_the_guarded_reader(tmp_path: Path) -> None:
     """560 KB of int keys of one hash: the C reader would hold the interpreter for 20 s in one call."""
-    saves, scans = _posix(tmp_path)
+    saves, scans = posix(tmp_path)
     body = b"".join(ds.dumps(k * ((1 << 61) - 1))[2:-1] + b"N" for k in range(1, 40_001))
     data = mg.legacy_file(3, mg.args(), client=Raw(b"}(" + body + b"u"))
     mg.write(saves, [(f"{mg.folder(3)}/mp_rank_00/model_optim_rng.pt", data), (mg.TRACKER, b"3")])
@@ -254,17 +225,6 @@ def test_the_args_reader_reads_what_pickle_writes_for_a_namespace() -> None:
 
 
 # -- S3: uploads land in any order ------------------------------------------------------------------------
-
-
-class S3Saves:
-    def __init__(self, server: S3Server, bucket: str) -> None:
-        self.bucket, self.prefix = bucket, "run-" + uuid.uuid4().hex[:10]
-        self.client = server.client()
-        self.store = S3Store(bucket, self.prefix, server.credentials(), proxy=None, env={})
-
-    def put(self, files: list[tuple[str, bytes]]) -> None:
-        for path, data in files:
-            self.client.put_object(Bucket=self.bucket, Key=f"{self.prefix}/exec/A/{path}", Body=data)
 
 
 @pytest.fixture
@@ -302,53 +262,14 @@ def test_s3_saves_uploaded_between_two_scans_are_all_published_in_step_order(s3s
 # -- megatron-core's own writer ---------------------------------------------------------------------------
 
 
-def _writer(out: Path, form: str, steps: int, *extra: str) -> None:
-    """tests/support/megatron_writer.py on two ranks under torchrun (gloo, CPU)."""
-    need(_have("megatron.core"), "megatron-core is not installed")
-    log = out.parent / f"{out.name}.log"
-    with open(log, "wb") as f:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-W",
-                "ignore",
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc_per_node",
-                "2",
-            ]
-            + ["-m", "tests.support.megatron_writer", str(out), form, str(steps), *extra],
-            cwd=REPO,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-            timeout=300,
-        )
-    assert proc.returncode == 0, log.read_text(errors="replace")[-4000:]
-
-
-def _have(module: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ImportError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def real_saves(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """megatron-core's writer: torch_dist saves under --async-save, the job ended before the last one's
     tracker (iteration 2's files whole, the tracker naming 1); a legacy save on two pipeline ranks."""
     base = tmp_path_factory.mktemp("megatron")
-    _writer(base / "async", "torch_dist", 2, "--async", "--stop-before-tracker")
-    _writer(base / "legacy", "legacy-pp", 2)
+    writer(base / "async", "torch_dist", 2, "--async", "--stop-before-tracker")
+    writer(base / "legacy", "legacy-pp", 2)
     return {"async": base / "async", "legacy": base / "legacy"}
-
-
-def _files(saves: Path) -> list[tuple[str, bytes]]:
-    return [(str(p.relative_to(saves)), p.read_bytes()) for p in sorted(saves.rglob("*")) if p.is_file()]
 
 
 @pytest.mark.torch
@@ -362,8 +283,8 @@ def test_a_real_async_save_whose_tracker_was_never_written_is_not_published(
     names = {p.name for p in (real / mg.folder(2)).iterdir()}
     assert {"common.pt", "metadata.json", ".metadata", "__0_0.distcp", "__1_0.distcp"} <= names
     for framework, published in (("megatron", [1]), ("dcp", [1, 2])):
-        saves, scans = _posix(tmp_path / framework, framework)
-        mg.write(saves, _files(real))
+        saves, scans = posix(tmp_path / framework, framework)
+        mg.write(saves, tree(real))
         assert scans.scan() == published, framework
 
 
@@ -371,9 +292,9 @@ def test_a_real_async_save_whose_tracker_was_never_written_is_not_published(
 def test_a_real_torch_dist_save_copied_in_any_order_is_published_with_its_last_file(
     real_saves: dict[str, Path], tmp_path: Path
 ) -> None:
-    files = [f for f in _files(real_saves["async"]) if f[0].startswith(mg.folder(1))]
+    files = [f for f in tree(real_saves["async"]) if f[0].startswith(mg.folder(1))]
     for order in (files, list(reversed(files)), sorted(files, key=lambda f: len(f[1]))):
-        saves, scans = _posix(tmp_path / uuid.uuid4().hex)
+        saves, scans = posix(tmp_path / uuid.uuid4().hex)
         mg.write(saves, [(mg.TRACKER, b"1")])
         for i, (path, data) in enumerate(order):
             (saves / path).parent.mkdir(parents=True, exist_ok=True)
@@ -390,8 +311,8 @@ def test_a_real_legacy_save_reads_as_megatron_writes_it(real_saves: dict[str, Pa
     data = first.read_bytes()
     layout = megatron_args.read(len(data), lambda o, n: data[o : o + n], "x")
     assert layout == megatron_args.Layout(1, 2, 1, False)
-    saves, scans = _posix(tmp_path)
-    files = _files(real)
+    saves, scans = posix(tmp_path)
+    files = tree(real)
     late = f"{mg.folder(2)}/mp_rank_00_001/model_optim_rng.pt"
     mg.write(saves, [f for f in files if f[0] != late])
     assert scans.scan() == [1]
@@ -405,7 +326,7 @@ def test_a_real_legacy_save_reads_as_megatron_writes_it(real_saves: dict[str, Pa
 def test_s3_a_real_save_uploaded_in_parallel_is_published_only_once_its_last_file_lands(
     real_saves: dict[str, Path], s3saves: S3Saves
 ) -> None:
-    files = _files(real_saves["legacy"])
+    files = tree(real_saves["legacy"])
     upload = sorted(files, key=lambda f: len(f[1]))
     assert upload[0][0] == mg.TRACKER
     scans = Scans(s3saves.store)

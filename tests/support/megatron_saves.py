@@ -99,6 +99,24 @@ def torch_dist_files(step: int) -> list[tuple[str, bytes]]:
     return [*files, (TRACKER, str(step).encode())]
 
 
+def nemo_name(step: int, tail: str = "") -> str:
+    """As NeMo's recipes name a save: ``{model_name}--{val_loss:.2f}-{step}-{consumed_samples}``."""
+    return f"megatron_gpt--val_loss=0.00-step={step}-consumed_samples={step * 8}.0{tail}"
+
+
+IO_JSON = b'{"root": {"type": "ref", "key": "trainer_context_1"}, "objects": {}}'
+
+
+def nemo_files(step: int, tail: str = "") -> list[tuple[str, bytes]]:
+    """NeMo 2's save in its order (NeMo 2.6.0rc0 ``ModelCheckpoint._save_checkpoint``): the unfinished
+    marker beside the folder, ``weights/`` (a torch_dist save), ``context/``; removing the marker (the
+    last step) is the caller's."""
+    name = nemo_name(step, tail)
+    weights = [(f"{name}/weights/{p.split('/', 1)[1]}", d) for p, d in torch_dist_files(step)[:-1]]
+    context = [(f"{name}/context/io.json", IO_JSON), (f"{name}/context/model.yaml", b"_target_: GPTModel\n")]
+    return [(f"{name}-unfinished", b""), *weights, *context]
+
+
 def write(saves: Path, files: list[tuple[str, bytes]]) -> None:
     for path, data in files:
         (saves / path).parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Write Megatron-LM saves on the CPU with megatron-core's own writer: run under torchrun,
 ``torchrun --standalone --nproc_per_node 2 -m tests.support.megatron_writer OUT FORMAT STEPS [--async]
-[--stop-before-tracker]``, FORMAT ``torch_dist`` or ``legacy-tp`` / ``legacy-pp`` (two tensor- or two
-pipeline-parallel ranks).
+[--stop-before-tracker]``, FORMAT ``torch_dist``, ``legacy-tp`` / ``legacy-pp`` (two tensor- or two
+pipeline-parallel ranks), or ``nemo``.
 
 What runs is what Megatron-LM's ``save_checkpoint`` (megatron/training/checkpointing.py) does for each
 format, in its order; megatron.training itself is not in the megatron-core package (it needs the whole
@@ -21,6 +21,15 @@ Megatron-LM tree, a tokenizer and a GPT model), so its steps are followed here:
   ``optimizer``, ``opt_param_scheduler``, ``rng_state`` with numpy's state) into
   ``mp_rank_<tp:02d>[_<pp:03d>]/model_optim_rng.pt``, then a barrier, then the tracker.
 
+- ``nemo``: NeMo 2's ``ModelCheckpoint._save_checkpoint`` (nemo/lightning/pytorch/callbacks/
+  model_checkpoint.py, NeMo 2.6.0rc0) around the same megatron-core writer: rank 0 touches
+  ``<folder>-unfinished`` and all meet at a barrier; ``MegatronCheckpointIO.save_checkpoint`` (every rank
+  makes ``<folder>/weights`` and calls ``dist_checkpointing.save`` into it); rank 0 dumps ``context/``
+  (``io.json``, then ``model.yaml``); then, after a barrier or in the async request's finalize step, rank 0
+  removes the marker.  The folder is named as NeMo's recipes name it.  ``--stop-before-tracker`` leaves the
+  last save's marker (a job killed before it finalized).  NeMo itself is not installed (its dependencies
+  are the whole NeMo stack); its steps are followed here.
+
 Two stand-ins, for the CPU: megatron-core's writer calls ``torch.cuda.synchronize()`` before it writes and
 builds its failure count on ``torch.cuda.current_device()``; here the first does nothing (there is no
 device to wait for) and the second answers ``"cpu"``, so that count is all-reduced over gloo.
@@ -38,7 +47,7 @@ TRACKER = "latest_checkpointed_iteration.txt"
 def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("out")
-    p.add_argument("format", choices=["torch_dist", "legacy-tp", "legacy-pp"])
+    p.add_argument("format", choices=["torch_dist", "legacy-tp", "legacy-pp", "nemo"])
     p.add_argument("steps", type=int)
     p.add_argument("--async", dest="async_save", action="store_true")
     p.add_argument("--stop-before-tracker", action="store_true")
@@ -66,8 +75,15 @@ def main(argv: list[str]) -> None:
         last = iteration == args.steps
         folder = os.path.join(args.out, f"iter_{iteration:07d}")
         tracker = _tracker(args.out, iteration) if rank == 0 else (lambda: None)
-        if args.format == "torch_dist":
-            request = _torch_dist(model, rank, world, folder, iteration, args.async_save)
+        if args.format == "nemo":
+            folder = os.path.join(args.out, nemo_name(iteration))
+            tracker = _unfinished(folder, rank)
+            dist.barrier()  # set_checkpoint_unfinished_marker(barrier_after=True)
+        if args.format in ("torch_dist", "nemo"):
+            weights = os.path.join(folder, "weights") if args.format == "nemo" else folder
+            request = _torch_dist(model, rank, world, weights, iteration, args.async_save)
+            if args.format == "nemo" and rank == 0:
+                _context(folder)
             if request is not None:
                 if not (last and args.stop_before_tracker):
                     request.add_finalize_fn(tracker)
@@ -82,6 +98,37 @@ def main(argv: list[str]) -> None:
         request.execute_sync()  # type: ignore[attr-defined]
     dist.barrier()
     dist.destroy_process_group()
+
+
+def nemo_name(step: int) -> str:
+    """NeMo's recipes' ``{model_name}--{val_loss:.2f}-{step}-{consumed_samples}``."""
+    return f"megatron_gpt--val_loss=0.00-step={step}-consumed_samples={step * 8}.0"
+
+
+def _unfinished(folder: str, rank: int) -> object:
+    """Rank 0 touches ``<folder>-unfinished`` now; the function returned removes it (on rank 0)."""
+    marker = folder + "-unfinished"
+    if rank == 0:
+        os.makedirs(os.path.dirname(marker), exist_ok=True)
+        open(marker, "a").close()
+
+    def remove() -> None:
+        if rank == 0 and os.path.exists(marker):
+            os.unlink(marker)
+
+    return remove
+
+
+def _context(folder: str) -> None:
+    """TrainerContext.io_dump: ``context/io.json`` (a plain write), then ``context/model.yaml``."""
+    import json
+
+    context = os.path.join(folder, "context")
+    os.makedirs(context, exist_ok=True)
+    with open(os.path.join(context, "io.json"), "w") as f:
+        f.write(json.dumps({"root": {"type": "ref", "key": "trainer_context_1"}, "objects": {}}))
+    with open(os.path.join(context, "model.yaml"), "w") as f:
+        f.write("_target_: nemo.collections.llm.gpt.model.base.GPTModel\n")
 
 
 def _tracker(out: str, iteration: int) -> object:
@@ -114,7 +161,7 @@ def _torch_dist(
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing import ShardedTensor
 
-    if rank == 0:
+    if rank == 0 or folder.endswith("/weights"):  # Megatron-LM: rank 0; NeMo: every rank (exist_ok)
         os.makedirs(folder, exist_ok=True)
     t.distributed.barrier()
     weight = model.weight.detach()  # type: ignore[attr-defined]
