@@ -13,7 +13,10 @@ bench/dcp_metadata.py makes it; the storage files sparse, of the sizes it names)
 - ``<name>--...-step=<i>-.../``: ``weights/`` as ``iter_<i>/``, plus ``context/io.json``, checked by
   ``-framework nemo``;
 - ``iter_<1000+i>/``: a legacy save of ``--legacy-ranks`` tensor-parallel ranks' ``model_optim_rng.pt``
-  (torch.save archives), checked by ``-framework megatron``.
+  (torch.save archives), checked by ``-framework megatron``;
+- ``global_step<i>/``: a DeepSpeed MoE save without ZeRO (``--legacy-ranks`` data-parallel ranks, one MoE
+  layer of as many experts: their files and rank 0's expert optimizer file), checked by
+  ``-framework deepspeed`` with its pipeline and MoE files counted.
 
 What is compared, per round: the time each rule's ``complete`` takes over its saves, the saves interleaved
 (dcp, megatron, nemo, legacy for save 1, then for save 2, ...) so that load on the machine falls on all
@@ -41,6 +44,7 @@ sys.path.insert(0, str(REPO))
 from publish.deadline import Deadline  # noqa: E402
 from publish.frameworks import FRAMEWORKS  # noqa: E402
 from publish.stores.posix import PosixStore  # noqa: E402
+from tests.support import deepspeed_saves as ds  # noqa: E402
 from tests.support import megatron_saves as mg  # noqa: E402
 
 BEGIN, END = "<!-- bench/megatron_nemo.py: begin -->", "<!-- bench/megatron_nemo.py: end -->"
@@ -81,18 +85,32 @@ def build(saves: Path, count: int, tensors: int, ranks: int, legacy_ranks: int) 
         (nemo / "context").mkdir()
         (nemo / "context" / "io.json").write_bytes(mg.IO_JSON)
         mg.write(saves, mg.legacy_files(1000 + i, tp=legacy_ranks)[:-1])
+        moe = [
+            f
+            for f in ds.save_files(i, dp=legacy_ranks, stage=0, num_experts=[legacy_ranks])
+            if f[0] != "latest"
+        ]
+        expert = ds.archive("expert", ds.dumps({}))
+        moe += [
+            (f"global_step{i}/layer_0_expert_{e}_mp_rank_00_model_states.pt", expert)
+            for e in range(legacy_ranks)
+        ]
+        moe += [(f"global_step{i}/expp_rank_0_mp_rank_00_optim_states.pt", expert)]
+        mg.write(saves, moe)
     (saves / mg.TRACKER).write_text(str(1000 + count))
+    (saves / "latest").write_text(f"global_step{count}")
 
 
 def one_round(store: PosixStore, count: int) -> dict[str, float]:
     clock = time.perf_counter
-    totals = {"dcp": 0.0, "megatron": 0.0, "nemo": 0.0, "legacy": 0.0}
+    totals = {"dcp": 0.0, "megatron": 0.0, "nemo": 0.0, "legacy": 0.0, "deepspeed": 0.0}
     for i in range(1, count + 1):
         for rule, framework, name, step in (
             ("dcp", "dcp", f"step-{i}", i),
             ("megatron", "megatron", mg.folder(i), i),
             ("nemo", "nemo", mg.nemo_name(i), i),
             ("legacy", "megatron", mg.folder(1000 + i), 1000 + i),
+            ("deepspeed", "deepspeed", f"global_step{i}", i),
         ):
             t0 = clock()
             whole = FRAMEWORKS[framework].complete(Deadline(60), store, f"exec/A/{name}", step)
@@ -143,6 +161,7 @@ def main() -> int:
         ("megatron", "megatron, `torch_dist`"),
         ("nemo", "nemo"),
         ("legacy", f"megatron, legacy ({a.legacy_ranks} ranks)"),
+        ("deepspeed", f"deepspeed, MoE ({a.legacy_ranks} experts, {a.legacy_ranks} ranks, no ZeRO)"),
     ):
         mid, low, high = ratio(rule)
         ok = mid <= TARGET
