@@ -20,7 +20,7 @@ from tests.conftest import REPO, command, need, run_cli
 from tests.support.dcp_shapes import write_save
 from tests.support.trainer_saves import hf_save
 
-FRAMEWORK_NAMES = ["hf", "dcp", "snapshot", "lightning", "deepspeed"]
+FRAMEWORK_NAMES = ["hf", "dcp", "snapshot", "lightning", "megatron", "nemo", "deepspeed"]
 ALL_VERBS = [*cli.VERBS, "version", "help", "completion"]
 
 
@@ -312,7 +312,7 @@ def test_status_framework_must_be_one_of_the_frameworks(tmp_path: Path) -> None:
     r = run_cli("status", "-checkpoint", str(tmp_path), "-framework", "tf")
     assert r.code == 2 and r.out == ""
     assert r.err.startswith(
-        'publish: invalid value "tf" for flag -framework: must be hf, dcp, snapshot, lightning, deepspeed\n'
+        'publish: invalid value "tf" for flag -framework: must be hf, dcp, snapshot, lightning, megatron, nemo, deepspeed\n'
     )
 
 

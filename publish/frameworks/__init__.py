@@ -84,6 +84,8 @@ FRAMEWORKS = {
     "dcp": Framework("dcp", "folders"),
     "snapshot": Framework("snapshot", "folders"),
     "lightning": Framework("lightning", "files"),
+    "megatron": Framework("megatron", "folders"),
+    "nemo": Framework("nemo", "folders"),
     "deepspeed": Framework("deepspeed", "folders"),
 }
 

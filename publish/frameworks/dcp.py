@@ -39,8 +39,6 @@ def _rank_metadata(name: str) -> bool:
 
 
 def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
-    from publish.frameworks.parse import dcp_metadata
-
     sizes = store.sizes(dl, path)
     if METADATA not in sizes:
         if any(_rank_metadata(name) for name in sizes):
@@ -48,6 +46,16 @@ def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[s
                 f"{shown(store.location(path))} holds per-rank __<rank>.metadata files and no .metadata (a DCP save "
                 "with use_collectives=False): it is never published by watch; publish it with `publish publish`"
             )
+        return False
+    return storage_whole(dl, store, path, sizes)
+
+
+def storage_whole(dl: Deadline, store: Store, path: str, sizes: dict[str, int]) -> bool:
+    """True when the ``.metadata`` of the folder ``path`` (whose files are ``sizes``) reads and every storage
+    file it names holds the bytes it names: the rule of a DCP save, shared with Megatron-LM's and NeMo's."""
+    from publish.frameworks.parse import dcp_metadata
+
+    if METADATA not in sizes:
         return False
     where = shown(store.location(f"{path}/{METADATA}"))
     data = store.read(dl, f"{path}/{METADATA}", dcp_metadata.LIMIT)

@@ -24,12 +24,14 @@ if TYPE_CHECKING:
     from typing import Callable
 
     from publish.deadline import Deadline
+    from publish.frameworks.parse.deepspeed_states import Layout
     from publish.stores.base import Store
 
 KIND = "folders"
 LATEST = "latest"
 PREFIX = "global_step"
 LATEST_LIMIT = 4096
+OPTIM_SUFFIX = "_optim_states.pt"
 
 
 def step_of(name: str) -> str:
@@ -85,16 +87,23 @@ def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[s
 
         return read
 
-    try:
-        states = deepspeed_states.read(
-            sizes[first], reader(first), shown(store.location(f"{path}/{first}")), dl
-        )
-    except deepspeed_states.Incomplete:
-        return False
-    except StoreError:
-        raise  # the store failing is no fault of the file
-    except Failure as e:
-        note(f"{e}: the save is not published (publish it with `publish publish` once you know it is whole)")
+    def states_of(name: str) -> deepspeed_states.Layout | None:
+        try:
+            return deepspeed_states.read(
+                sizes[name], reader(name), shown(store.location(f"{path}/{name}")), dl
+            )
+        except deepspeed_states.Incomplete:
+            return None
+        except StoreError:
+            raise  # the store failing is no fault of the file
+        except Failure as e:
+            note(
+                f"{e}: the save is not published (publish it with `publish publish` once you know it is whole)"
+            )
+            return None
+
+    states = states_of(first)
+    if states is None:
         return False
     count = states.mp * (states.dp if stage3 else 1) + (states.dp * states.mp if states.sharded else 0)
     if count > len(sizes):  # up to 2^40 names a file could ask for: counted before any is made
@@ -107,4 +116,63 @@ def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[s
         needed += [optim_states(dp, mp, bf16) for mp in range(states.mp) for dp in range(states.dp)]
     if any(name not in sizes for name in needed):
         return False
-    return all(name == first or ziptail.whole(sizes[name], reader(name)) for name in needed)
+    extra = _extra_files(states, sizes, stage3, first, states_of)
+    if extra is None:
+        return False
+    return all(name == first or ziptail.whole(sizes[name], reader(name)) for name in needed + extra)
+
+
+def _extra_files(
+    states: Layout,
+    sizes: dict[str, int],
+    stage3: bool,
+    first: str,
+    states_of: Callable[[str], Layout | None],
+) -> list[str] | None:
+    """The pipeline layers' and MoE experts' files the save must hold beyond the model states and the
+    shards, or None while one is missing: each pipeline stage's layers (read from that stage's model
+    states), every expert of every MoE layer for each model-parallel rank, and under MoE without ZeRO the
+    expert-parallel ranks' optimizer files (rank 0's at least, and every one there)."""
+    extra: list[str] = []
+    if states.layers and not stage3:
+        layers = set(states.layers)
+        for mp in range(1, states.mp):
+            stage = states_of(model_states(mp))
+            if stage is None:
+                return None
+            layers.update(stage.layers)
+        for layer in sorted(layers):
+            files = [name for name in sizes if _layer_file(name, layer)]
+            if not files:
+                return None
+            extra += files
+    count = sum(states.experts) * states.mp
+    if count > len(sizes):  # counted before any name is made
+        return None
+    for moe, experts in enumerate(states.experts):
+        extra += [expert_states(moe, e, mp) for e in range(experts) for mp in range(states.mp)]
+    if states.expert_optim:
+        extra += [expert_optim(0, mp) for mp in range(states.mp)]
+        extra += [name for name in sizes if name.startswith("expp_rank_") and name.endswith(OPTIM_SUFFIX)]
+    if any(name not in sizes for name in extra):
+        return None
+    return [name for name in dict.fromkeys(extra) if name != first]
+
+
+def _layer_file(name: str, layer: int) -> bool:
+    """``layer_<layer:02d>-model_states.pt``, or ``layer_<layer:02d>-<rank>-model_states.pt`` under tensor
+    parallelism (``PipelineModule.ckpt_layer_path``)."""
+    head = f"layer_{layer:02d}-"
+    return name.startswith(head) and name.endswith("-model_states.pt") and "/" not in name
+
+
+def expert_states(moe: int, expert: int, mp: int) -> str:
+    """The file of expert ``expert`` of MoE layer ``moe`` of model-parallel rank ``mp``:
+    ``_get_expert_ckpt_name``."""
+    return f"layer_{moe}_expert_{expert}_mp_rank_{mp:02d}_model_states.pt"
+
+
+def expert_optim(rank: int, mp: int) -> str:
+    """The optimizer file of expert-parallel rank ``rank`` of an MoE save without ZeRO:
+    ``_get_optimizer_ckpt_name``."""
+    return f"expp_rank_{rank}_mp_rank_{mp:02d}{OPTIM_SUFFIX}"

@@ -68,6 +68,13 @@ def published_steps(lines: Lines) -> list[int]:
         ("deepspeed", "latest", None),
         ("deepspeed", "global_step10x", None),
         ("deepspeed", "Global_step1", None),
+        ("megatron", "iter_0000100", 100),
+        ("megatron", "iter_12345678", 12345678),  # past 7 digits
+        ("megatron", "release", None),
+        ("megatron", "latest_checkpointed_iteration.txt", None),
+        ("megatron", "iter_", None),
+        ("megatron", "iter_-1", None),
+        ("megatron", "iter_٣", None),
     ],
 )
 def test_step_rules(framework: str, name: str, step: int | None) -> None:

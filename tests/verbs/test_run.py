@@ -424,6 +424,8 @@ def test_a_plain_run_imports_only_what_it_uses(tmp_path: Path) -> None:
         "publish.frameworks.dcp",
         "publish.frameworks.deepspeed",
         "publish.frameworks.lightning",
+        "publish.frameworks.megatron",
+        "publish.frameworks.nemo",
         "publish.frameworks.snapshot",
         "publish.verbs.mirror",
         "publish.verbs.pending",
