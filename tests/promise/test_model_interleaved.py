@@ -394,9 +394,24 @@ def check_round(world: World, actors: list[Actor], before: str | None, trace: li
         printed += published_paths(str(world.root), a.result.out)
         if a.argv[0] in ("watch", "run") and "did not finish" not in a.result.err:
             attempt = next(x.split("=", 1)[1] for x in a.argv if x.startswith("-attempt="))
-            world.promised |= {
-                p for p, s in world.saves.items() if s.attempt == attempt and s.whole and world.there(p)
-            }
+            # A scan promises the whole saves of its attempt when it ended clean, or when each thing it
+            # said names one of them (that save is left out); a scan that failed on the root or on exec/
+            # itself (out of reach) promised nothing.
+            said = [
+                line
+                for line in a.result.err.splitlines()
+                if line.startswith("publish: ") and not line.startswith("publish: run: ")  # run's notes
+            ]
+            inside = f"{world.root}/exec/{attempt}/"
+            if a.result.code == 0 or all(inside in line for line in said):
+                world.promised |= {
+                    p
+                    for p, s in world.saves.items()
+                    if s.attempt == attempt
+                    and s.whole
+                    and world.there(p)
+                    and not any(world.loc(p) in line for line in said)
+                }
     world.promised |= set(printed)
     newest = world.newest_promised()
     # 2. a published line names a save that is there, whole, and kept
@@ -433,7 +448,9 @@ def out_of_reach(world: World, actors: list[Actor], before: str | None, trace: l
     for a in actors:
         assert a.result is not None
         assert not published_paths(str(world.root), a.result.out), "published with exec/ out of reach" + why
-        if a.argv[0] == "prune" or (a.argv[0] == "run" and "-keep" in a.argv):
+        # With no publication, a prune has nothing to judge: an empty exec/ is also a new root's.
+        published = (world.root / "pub").is_dir() and bool(os.listdir(world.root / "pub"))
+        if published and (a.argv[0] == "prune" or (a.argv[0] == "run" and "-keep" in a.argv)):
             said = [x for x in a.result.err.splitlines() if "exec" in x]
             assert a.result.code != 0 or said, "a prune with exec/ out of reach did not say why" + why
     r = world.resolve()
