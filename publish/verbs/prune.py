@@ -464,7 +464,9 @@ class Prune(common.Command):
             store.check_root(dl)  # and a root that fails (gone with its node) leaves the mirror as it is
             prune(dl, mirror, call.say, mirror_keep, dry_run=self.dry_run.value)
         # As run -keep: a save not yet on the mirror stays (the mirror's pub/ read after the root's).
-        policy.protect = lambda dl, entries: pending_names(dl, entries, mirror, mirror_keep)
+        policy.protect = lambda dl, entries: pending_names(
+            dl, entries, mirror, mirror_keep, Saves(dl, store), Saves(dl, mirror)
+        )
         prune(dl, store, call.say, policy, dry_run=self.dry_run.value)
         return 0
 
