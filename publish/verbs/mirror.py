@@ -198,6 +198,9 @@ class Tiers:
                 raise Overlapped(f"{where}: {why} on the mirror: not published there")
             self.seen.append(entry.name)
             if created:
+                # a -mirror-keep prune that removed an entry of this name may have taken this manifest
+                if not mirror.exists(dl, f"{MAN}/{entry.name}"):
+                    mirror.write_manifest(dl, entry.name, manifest.encode(entry.name, rows))
                 self.say.out(f"published {entry.name} (epoch {entry.epoch}, step {entry.step}, {where})")
                 return True
             self.say.warn(f"{entry.name} already published (epoch {entry.epoch}, step {entry.step}, {where})")
