@@ -7,7 +7,8 @@ leaves no entry; the next pass, of this process or of any ``run`` or ``watch`` g
 uploads the save again.
 
 A fast-root entry is *pending* while the mirror has no entry of that name, unless -mirror-keep M would
-prune it from the mirror at once (it is not among the newest M of both tiers' entries).  The fast root's
+prune it from the mirror at once (it is not among the newest M publications of both tiers whose saves
+exist, as the mirror's prune counts: publish.verbs.pending).  The fast root's
 prune keeps every pending save and the one being uploaded (:meth:`Tiers.protected`).
 """
 
@@ -62,37 +63,66 @@ class Tiers:
         self.failed = False  # an upload failed (said on stderr)
         self.seen: list[str] = []  # the mirror's entry names at its last listing, and those published since
         self.events: Events | None = None  # -on-mirror: told of each entry published on the mirror
+        self.known: dict[str, bool] = {}  # which of the mirror's saves existed when pending was last judged
 
     # -- what is pending
 
-    def pending_of(self, entries: list[layout.Entry], on_mirror: list[str]) -> list[layout.Entry]:
+    def pending_of(
+        self,
+        dl: Deadline,
+        entries: list[layout.Entry],
+        on_mirror: list[str],
+        fast_known: dict[str, bool] | None = None,
+        mirror_known: dict[str, bool] | None = None,
+    ) -> list[layout.Entry]:
         """The pending ones of ``entries`` (the fast root's), given the mirror's entry names, newest first
-        (publish.verbs.pending)."""
-        return pending_of(entries, on_mirror, self.mirror, self.keep)
+        (publish.verbs.pending); ``*_known``: which saves exist on each tier, answers already had."""
+        from publish.verbs.prune import Saves
+
+        fast, mirror = Saves(dl, self.fast, fast_known), Saves(dl, self.mirror, mirror_known)
+        try:
+            return pending_of(entries, on_mirror, self.mirror, self.keep, fast, mirror)
+        finally:
+            self.known = mirror.known
 
     def pending(self, dl: Deadline) -> list[layout.Entry]:
         """The pending entries, newest first: pub/ of the fast root, then of the mirror."""
         entries = layout.parse_all(self.fast.list_entries(dl), self.fast.location(PUB))
         on_mirror = self.mirror.list_entries(dl)
         self.seen = on_mirror
-        return self.pending_of(entries, on_mirror)
+        return self.pending_of(dl, entries, on_mirror)
 
     def unmirrored(self) -> int:
         """How many of the fast root's entries are not known to be on the mirror, when the mirror cannot be
-        read: those pending at its last listing (every entry, when it was never listed); -1 when the fast
-        root cannot be read either."""
+        read: those pending at its last listing (every entry, when it was never listed), its saves as last
+        asked (one not asked counted as there); -1 when the fast root cannot be read either."""
+        from publish.verbs.prune import Saves
+
         try:
             dl = Deadline(self.timeout)
             entries = layout.parse_all(self.fast.list_entries(dl), self.fast.location(PUB))
-            return len(self.pending_of(entries, self.seen))
+            known = self.known
+            return len(
+                pending_of(
+                    entries,
+                    self.seen,
+                    self.mirror,
+                    self.keep,
+                    Saves(dl, self.fast),
+                    lambda p: known.get(p, True),
+                )
+            )
         except (PublishError, OSError):  # the root too: what is left is not known
             return -1
 
     def protected(self, dl: Deadline, entries: list[layout.Entry]) -> set[str]:
         """The names of ``entries`` (the fast root's, as its prune read them) that its prune must keep: the
         pending ones (the mirror's pub/ read after the root's) and those being uploaded."""
+        from publish.verbs.prune import Saves
+
         busy = set(self.busy)
-        return pending_names(dl, entries, self.mirror, self.keep) | busy
+        held = Saves(dl, self.fast), Saves(dl, self.mirror)
+        return pending_names(dl, entries, self.mirror, self.keep, *held) | busy
 
     # -- moving saves
 
@@ -173,6 +203,9 @@ class Tiers:
                 raise Overlapped(f"{where}: {why} on the mirror: not published there")
             self.seen.append(entry.name)
             if created:
+                # a -mirror-keep prune that removed an entry of this name may have taken this manifest
+                if not mirror.exists(dl, f"{MAN}/{entry.name}"):
+                    mirror.write_manifest(dl, entry.name, manifest.encode(entry.name, rows))
                 self.say.out(f"published {entry.name} (epoch {entry.epoch}, step {entry.step}, {where})")
                 if self.events is not None:
                     self.events.fire("mirror", mirror, entry.epoch, entry.step, entry.path)

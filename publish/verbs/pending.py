@@ -2,6 +2,15 @@
 
 Kept apart from publish.verbs.mirror, which moves the saves and prunes the mirror through
 publish.verbs.prune: prune needs only this, to keep what is pending (``prune -mirror``).
+
+With -mirror-keep M an entry is pending only when the mirror would keep it once uploaded, judged as the
+mirror's prune judges (publish.verbs.prune.split): among the newest M publications whose saves exist, of
+the mirror's entries and the fast root's not yet mirrored.  A mirror entry whose save is gone there (a hand,
+a prefix lifecycle rule) counts for nothing, so the fast root keeps what the mirror would take; so does a
+fast-root entry whose save is gone (it cannot be uploaded).  Saves are asked about newest first, as the
+prune asks (publish.verbs.prune.Saves), and only while an entry not yet mirrored lies below: on the mirror
+at most M questions (a LIST with max-keys=1 each) when its newest saves exist, one more for each gone save
+above them (and for its folder), none when every entry not yet mirrored is newer than the mirror's.
 """
 
 from __future__ import annotations
@@ -11,27 +20,56 @@ from publish.deadline import Deadline
 from publish.layout import PUB
 from publish.stores.base import Store
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
+
+    Held = Callable[[str], bool]
+
 
 def pending_of(
-    entries: list[layout.Entry], on_mirror: list[str], mirror: Store, keep: int | None
+    entries: list[layout.Entry],
+    on_mirror: list[str],
+    mirror: Store,
+    keep: int | None,
+    fast_held: Held,
+    mirror_held: Held,
 ) -> list[layout.Entry]:
     """The entries of ``entries`` (the fast root's) not in ``on_mirror`` (the names in ``mirror``'s pub/),
-    newest first; with -mirror-keep ``keep`` only those among the newest ``keep`` of both tiers (an older
-    one the mirror would prune at once)."""
+    newest first; with -mirror-keep ``keep`` only those the mirror would keep once uploaded: newer than the
+    ``keep``-th publication whose save exists, of both tiers (an older one the mirror would prune at once).
+    ``fast_held`` and ``mirror_held`` tell whether a save exists on each tier (publish.verbs.prune.Saves);
+    they are asked newest first, and no further than needed."""
     have = set(on_mirror)
     todo = sorted((e for e in entries if e.name not in have), key=layout.Entry.key, reverse=True)
     if keep is None or not todo:
         return todo
-    mirrored = layout.parse_all(on_mirror, mirror.location(PUB))
-    keys = sorted({(e.epoch, e.step, e.name) for e in entries + mirrored}, reverse=True)
-    if len(keys) <= keep:
-        return todo
-    floor = keys[keep - 1]
-    return [e for e in todo if e.key() >= floor]
+    mirrored = [(e, False) for e in layout.parse_all(on_mirror, mirror.location(PUB))]
+    both = sorted([(e, True) for e in todo] + mirrored, key=lambda pair: pair[0].key(), reverse=True)
+    oldest = todo[-1].key()
+    pending: list[layout.Entry] = []
+    found = 0
+    for entry, unmirrored in both:
+        if found >= max(keep, 1) or entry.key() < oldest:
+            break  # the mirror keeps no more, or no entry below is pending either way
+        if unmirrored:
+            pending.append(entry)
+            found += fast_held(entry.path)
+        else:
+            found += mirror_held(entry.path)
+    return pending
 
 
-def pending_names(dl: Deadline, entries: list[layout.Entry], mirror: Store, keep: int | None) -> set[str]:
+def pending_names(
+    dl: Deadline,
+    entries: list[layout.Entry],
+    mirror: Store,
+    keep: int | None,
+    fast_held: Held,
+    mirror_held: Held,
+) -> set[str]:
     """The names of the pending ones of ``entries`` (the fast root's, as its prune read them): the mirror's
     pub/ is read now, after the root's, so an entry mirrored meanwhile is kept this once, never the other
-    way round."""
-    return {e.name for e in pending_of(entries, mirror.list_entries(dl), mirror, keep)}
+    way round.  ``*_held``: as for :func:`pending_of`."""
+    on_mirror = mirror.list_entries(dl)
+    return {e.name for e in pending_of(entries, on_mirror, mirror, keep, fast_held, mirror_held)}

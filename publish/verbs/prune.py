@@ -267,7 +267,11 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
         store.remove_entries(dl, [e.name for e in sched.gone])
         store.remove_manifests(dl, [e.name for e in sched.gone])
     store.remove_tombs(dl, [layout.tomb_name(f) for f in sched.stale])
-    _named_since(dl, store, say, sched)
+    fresh = [f for f in sched.folders + sched.orphans if f not in sched.recorded]
+    if sched.gone or fresh:  # pub/ read again, after this prune's marks: its tombstones, its removals
+        now = layout.parse_all(store.list_entries(dl), store.location(PUB))
+        _named_since(dl, store, say, sched, now)
+        _published_again(dl, store, say, sched.gone, now)
     for upload in sched.uploads:  # before the folders: none can complete into a folder once it is gone
         if store.abort_upload(dl, upload):
             say.out(aborted(store, upload))
@@ -334,9 +338,36 @@ def aborted(store: Store, upload: Upload, would: str = "") -> str:
     return f"{verb} {shown(store.location(upload.path))} (multipart upload {shown(upload.upload_id)})"
 
 
-def _named_since(dl: Deadline, store: Store, say: Say, sched: Schedule) -> None:
-    """Read pub/ again now that this prune's tombstones are durable (its mark, made before it reads the
-    publishers'): a folder it recorded now (its own, and the orphans) that an entry published since relates
+def _published_again(
+    dl: Deadline, store: Store, say: Say, gone: list[layout.Entry], now: list[layout.Entry]
+) -> None:
+    """Write again the manifest of each entry this prune removed that ``now`` (pub/ read after the
+    manifests were removed) holds again: a publication of the same name (the same save, epoch and step)
+    made it meanwhile, and its manifest, written before its entry, may be the one this prune removed by
+    name.  The publisher looks at its manifest again after its entry too (publish.verbs.publish.rebind):
+    an entry made after this read is its to mend.  So no entry is left without its manifest."""
+    back = {e.name for e in now} & {e.name for e in gone}
+    if not back:
+        return
+    from publish.verbs.publish import write_manifest
+
+    for entry in gone:
+        if entry.name not in back or store.exists(dl, f"{MAN}/{entry.name}"):
+            continue
+        where = shown(store.location(f"{PUB}/{entry.name}"))
+        try:
+            write_manifest(dl, store, entry.name, entry.path, say)
+        except Failure as e:
+            say.warn(
+                f"prune: {where}, published again meanwhile, has no manifest: it could not be written ({e})"
+            )
+            continue
+        say.warn(f"prune: {where} was published again meanwhile: its manifest written again")
+
+
+def _named_since(dl: Deadline, store: Store, say: Say, sched: Schedule, now: list[layout.Entry]) -> None:
+    """With pub/ read again (``now``) now that this prune's tombstones are durable (its mark, made before it
+    reads the publishers'): a folder it recorded now (its own, and the orphans) that an entry published since relates
     to stays, said on stderr, and its tombstone goes.  A publication makes its entry first, then reads
     tomb/ (publish.verbs.publish.overlapped), so one of the two sees the other.  A folder recorded by an
     earlier prune is removed all the same (that one may have begun): its publisher sees the tombstone, or
@@ -345,7 +376,6 @@ def _named_since(dl: Deadline, store: Store, say: Say, sched: Schedule) -> None:
     fresh = [f for f in sched.folders + sched.orphans if f not in sched.recorded]
     if not fresh:
         return
-    now = layout.parse_all(store.list_entries(dl), store.location(PUB))
     named = layout.Nest([e.path for e in now])
     taken = {f for f in fresh if named.related(f)}
     if taken:
@@ -464,7 +494,9 @@ class Prune(common.Command):
             store.check_root(dl)  # and a root that fails (gone with its node) leaves the mirror as it is
             prune(dl, mirror, call.say, mirror_keep, dry_run=self.dry_run.value)
         # As run -keep: a save not yet on the mirror stays (the mirror's pub/ read after the root's).
-        policy.protect = lambda dl, entries: pending_names(dl, entries, mirror, mirror_keep)
+        policy.protect = lambda dl, entries: pending_names(
+            dl, entries, mirror, mirror_keep, Saves(dl, store), Saves(dl, mirror)
+        )
         prune(dl, store, call.say, policy, dry_run=self.dry_run.value)
         return 0
 

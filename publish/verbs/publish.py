@@ -62,6 +62,7 @@ def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, p
             raise Overlapped(f"save {where}: {why}: its entry {name} withdrawn, not published")
         raise Overlapped(f"save {where}: {why}: not published")
     if created:
+        rebind(dl, store, name, path, rows, say)
         say.out(f"published {name} (epoch {epoch}, step {step}, {where})")
         return True
     say.warn(f"{name} already published (epoch {epoch}, step {step}, {where})")
@@ -84,6 +85,23 @@ def overlapped(
     elif not store.holds(dl, path):
         return "a prune removed it meanwhile (or a hand did): it does not exist"
     return ""
+
+
+def rebind(dl: Deadline, store: Store, name: str, path: str, rows: Rows | None, say: Say) -> None:
+    """Look at the manifest of the entry ``name`` again, now that this publication made the entry and read
+    tomb/, and write it again (``rows``, else from the save) if it is gone.  A prune that removed an entry
+    of the same name (an older publication of this save, epoch and step) removes its manifest by name
+    after the entry, so it may take the one this publication wrote; it reads pub/ after that removal and
+    writes the manifest again for an entry it finds there (publish.verbs.prune), and this look, after the
+    entry was made, covers an entry made after that read: one of the two sees the other."""
+    if store.exists(dl, f"{layout.MAN}/{name}"):
+        return
+    if rows is None:
+        write_manifest(dl, store, name, path, say)
+        return
+    from publish import manifest
+
+    store.write_manifest(dl, name, manifest.encode(name, list(rows)))
 
 
 def withdraw(dl: Deadline, store: Store, name: str, manifest: bool) -> None:

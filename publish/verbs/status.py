@@ -14,6 +14,7 @@ from publish.layout import EXEC, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common, shared
+from publish.verbs.idle import MARK
 from publish.verbs.prune import (
     NoSaves,
     Policy,
@@ -79,8 +80,15 @@ def _verdict(
     return first
 
 
-def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | None = None) -> dict[str, Any]:
-    """The status document (README: "publish status -json"); ``only``: one framework's verdicts."""
+def collect(
+    dl: Deadline,
+    store: Store,
+    keep: int | Policy | None,
+    only: str | None = None,
+    marks: list[str] | None = None,
+) -> dict[str, Any]:
+    """The status document (README: "publish status -json"); ``only``: one framework's verdicts; ``marks``:
+    given, the names of the idle marks in exec/ are added to it."""
     import time
 
     from publish.timestamps import rfc3339
@@ -172,8 +180,10 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | N
         "unreadable": unreadable,
         "tombstones": [{"path": f, "location": store.location(f)} for f in tombs],
         "prune": None,
-        "idle": _idle(store, publications, files_in_exec),
+        "idle": _idle(publications, files_in_exec),
     }
+    if marks is not None:
+        marks.extend(name for name in files_in_exec if name.startswith(MARK))
     if keep is not None:
         if isinstance(keep, Policy) and keep.within is not None:
             keep.times, keep.now = times, now
@@ -218,13 +228,22 @@ def _plan(
     }
 
 
-def _idle(store: Store, publications: list[dict[str, Any]], files: list[str]) -> dict[str, Any]:
-    """run -requeue's count of idle requeues (publish.verbs.idle): the marks in exec/ of the save a dispatch
-    would resume from now (the newest publication whose save exists; none: no save), and all marks."""
-    from publish.verbs.idle import MARK, mark_prefix
+def _idle(
+    publications: list[dict[str, Any]], files: list[str], mirrored: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """run -requeue's count of idle requeues (publish.verbs.idle): the marks among ``files`` (exec/'s) of
+    the save a dispatch would resume from now (the newest publication whose save exists; none: no save),
+    and all marks.  With ``mirrored`` (the mirror's publications; ``files`` then both tiers' marks), that
+    save is resolve -mirror's answer: the mirror's when its newest is newer, else the root's."""
+    from publish.verbs.idle import mark_prefix
 
-    marks = [name for name in files if name.startswith(MARK)]
+    marks = {name for name in files if name.startswith(MARK)}  # a mark on both tiers counts once
     newest = next((p for p in publications if p["exists"]), None)
+    other = next((p for p in mirrored or [] if p["exists"]), None)
+    if other is not None and (
+        newest is None or (other["epoch"], other["step"]) > (newest["epoch"], newest["step"])
+    ):
+        newest = other
     resumed = None if newest is None else layout.parse(newest["entry"])
     prefix = mark_prefix(resumed)
     return {
@@ -254,12 +273,33 @@ def status(
         pair = Tiers(store, mirror, say, 0.0, mirror_keep)
         if isinstance(keep, Policy):
             keep.protect = pair.protected  # prune -keep N keeps what is pending
-    doc = collect(dl, store, keep, only)
-    if pair is not None:
-        mirrored = collect(dl, pair.mirror, None, only)
+    if pair is None:
+        doc = collect(dl, store, keep, only)
+    else:
+        fast_marks: list[str] = []
+        mirror_marks: list[str] = []
+        try:
+            doc = collect(dl, store, keep, only, fast_marks)
+        except Failure as e:  # the root lost with its node: the mirror is shown, as resolve -mirror answers
+            try:
+                mirrored = collect(dl, pair.mirror, None, only, mirror_marks)
+            except Failure as m:
+                raise Failure(f"{_fact(e)}; the mirror failed too: {_fact(m)}") from None
+            say.warn(f"{_fact(e)}: showing the mirror alone")
+            doc = _failed(store, only, _fact(e))
+        else:
+            mirrored = collect(dl, pair.mirror, None, only, mirror_marks)
         fast = [layout.parse(p["entry"]) for p in doc["publications"]]
-        pending = pair.pending_of(fast, [p["entry"] for p in mirrored["publications"]])
+        pending = pair.pending_of(
+            dl,
+            fast,
+            [p["entry"] for p in mirrored["publications"]],
+            {p["path"]: p["exists"] for p in doc["publications"]},  # asked once, as prune asks
+            {p["path"]: p["exists"] for p in mirrored["publications"]},
+        )
         tiers(doc, mirrored, [e.name for e in pending])
+        # run -requeue -mirror's count: resolve -mirror's answer, the union of both tiers' marks
+        doc["idle"] = _idle(doc["publications"], fast_marks + mirror_marks, mirrored["publications"])
     if as_json:
         import json
 
@@ -267,6 +307,32 @@ def status(
         return
     for line in text(doc):
         say.out(line)
+
+
+def _fact(e: Failure) -> str:
+    """What failed, without a missing root's advice (publish init): the mirror is there."""
+    from publish.errors import MissingRoot
+
+    return e.fact if isinstance(e, MissingRoot) else str(e)
+
+
+def _failed(store: Store, only: str | None, why: str) -> dict[str, Any]:
+    """The root's document when the root failed (``why``, also in ``failed``) and the mirror is shown: it
+    holds nothing that could be read."""
+    return {
+        "version": VERSION,
+        "root": store.root,
+        "framework": only,
+        "failed": why,
+        "publications": [],
+        "attempts": {"total": 0, "looked_into": 0},
+        "saves": [],
+        "unnamed": [],
+        "unreadable": [],
+        "tombstones": [],
+        "prune": None,
+        "idle": _idle([], []),
+    }
 
 
 def tiers(doc: dict[str, Any], mirrored: dict[str, Any], pending: list[str]) -> None:
@@ -319,43 +385,47 @@ def text(doc: dict[str, Any]) -> list[str]:
         lines.append(head)
         lines.extend(items or ["  (none)"])
 
-    pubs = doc["publications"]
-    section(
-        f"publications in {shown(doc['root'] + '/' + PUB)}: {len(pubs)}, newest first",
-        [
-            f"  epoch {p['epoch']} step {p['step']} {shown(p['location'])} "
-            f"({'exists' if p['exists'] else 'MISSING'})"
-            for p in pubs
-        ],
-    )
-    att = doc["attempts"]
-    head = f"saves not published under {shown(doc['root'] + '/' + EXEC + '/')} ({att['total']} attempts"
-    if att["looked_into"] < att["total"]:
-        head += f", the last {att['looked_into']} by name looked into"
-    if doc.get("framework"):
-        head += f"; {doc['framework']} only"
-    saves = []
-    for state in ("complete", "incomplete", "faulty"):
-        for s in doc["saves"]:
-            if s["state"] == state:
-                why = f": {s['message']}" if s["message"] else ""
-                saves.append(
-                    f"  {state:<10} {shown(s['location'])} ({s['framework']}, step {s['step']}){why}"
-                )
-    section(head + ")", saves)
-    section(
-        f"folders under {EXEC}/<attempt>/ that no entry names and no framework's naming rule matches:",
-        [f"  {shown(u['location'])}" for u in doc["unnamed"]],
-    )
-    if doc["unreadable"]:
-        lines.append(f"attempts under {EXEC}/ that could not be read:")
-        for u in doc["unreadable"]:  # a store's message names the folder already, as a rule
-            named_by = u["message"].startswith(u["location"])
-            lines.append(f"  {u['message']}" if named_by else f"  {shown(u['location'])}: {u['message']}")
-    section(
-        f"tombstones in {shown(doc['root'] + '/' + TOMB)} (an interrupted prune; the next prune finishes them):",
-        [f"  {shown(t['location'])}" for t in doc["tombstones"]],
-    )
+    failed = doc.get("failed")
+    if failed is not None:  # -mirror, the root lost: nothing of it to show but why
+        lines.append(f"the root {shown(doc['root'])} could not be read: {failed}")
+    else:
+        pubs = doc["publications"]
+        section(
+            f"publications in {shown(doc['root'] + '/' + PUB)}: {len(pubs)}, newest first",
+            [
+                f"  epoch {p['epoch']} step {p['step']} {shown(p['location'])} "
+                f"({'exists' if p['exists'] else 'MISSING'})"
+                for p in pubs
+            ],
+        )
+        att = doc["attempts"]
+        head = f"saves not published under {shown(doc['root'] + '/' + EXEC + '/')} ({att['total']} attempts"
+        if att["looked_into"] < att["total"]:
+            head += f", the last {att['looked_into']} by name looked into"
+        if doc.get("framework"):
+            head += f"; {doc['framework']} only"
+        saves = []
+        for state in ("complete", "incomplete", "faulty"):
+            for s in doc["saves"]:
+                if s["state"] == state:
+                    why = f": {s['message']}" if s["message"] else ""
+                    saves.append(
+                        f"  {state:<10} {shown(s['location'])} ({s['framework']}, step {s['step']}){why}"
+                    )
+        section(head + ")", saves)
+        section(
+            f"folders under {EXEC}/<attempt>/ that no entry names and no framework's naming rule matches:",
+            [f"  {shown(u['location'])}" for u in doc["unnamed"]],
+        )
+        if doc["unreadable"]:
+            lines.append(f"attempts under {EXEC}/ that could not be read:")
+            for u in doc["unreadable"]:  # a store's message names the folder already, as a rule
+                named_by = u["message"].startswith(u["location"])
+                lines.append(f"  {u['message']}" if named_by else f"  {shown(u['location'])}: {u['message']}")
+        section(
+            f"tombstones in {shown(doc['root'] + '/' + TOMB)} (an interrupted prune; the next prune finishes them):",
+            [f"  {shown(t['location'])}" for t in doc["tombstones"]],
+        )
     if "mirror" in doc:
         section(
             f"both tiers, newest first (root {shown(doc['root'])}, mirror {shown(doc['mirror']['root'])}):",
@@ -369,7 +439,8 @@ def text(doc: dict[str, Any]) -> list[str]:
         since = shown(idle["location"]) if idle["location"] is not None else "no save"
         lines.append(
             f"run -requeue: {idle['requeues']} idle requeues in a row from {since} "
-            f"({idle['marks']} marks {EXEC}/.idle-* in all; removing them starts the count again)"
+            f"({idle['marks']} marks {EXEC}/.idle-* in all{' on both tiers' if 'mirror' in doc else ''}; "
+            "removing them starts the count again)"
         )
     plan = doc["prune"]
     if plan is not None:
