@@ -323,7 +323,7 @@ class Watch(shared.SavesCommand):
     name = "watch"
     synopsis = (
         f"publish watch {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
-        "[-mirror URL [-mirror-keep M]] [-epoch N] [-attempt A] [SAVES]"
+        "[-mirror URL [-mirror-keep M [-mirror-keep-bytes SIZE]]] [-epoch N] [-attempt A] [SAVES]"
     )
     summary = "publish each save once it is complete, until SIGTERM or SIGINT"
     attempt_usage = "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)"
@@ -354,7 +354,8 @@ class Watch(shared.SavesCommand):
         world_size = self.world_size_of(call)
         store = self.open(call, root, renew=True).store
         tiers = None
-        if self.mirror_root(call, root) or self.mirror_keep.is_set:  # else nothing of the mirror is imported
+        if self.mirror_root(call, root) or self.mirror_keep.is_set or self.mirror_keep_bytes.is_set:
+            # else nothing of the mirror is imported
             from publish.verbs.mirror import open_tiers
 
             tiers = open_tiers(self, call, root, store)
