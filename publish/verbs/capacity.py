@@ -153,7 +153,7 @@ def cap(
     stay: list[layout.Entry] = []
     go: list[layout.Entry] = []
     notes: list[str] = []
-    for entry in reversed(kept):
+    for entry in sorted(kept, key=layout.Entry.key, reverse=True):
         held = entry.name in policy.held
         if over and not held:
             go.append(entry)

@@ -373,6 +373,7 @@ def _prune_and_requeue(
                 removed = prune(scanned[1], scanned[0], say, keep)
                 if metrics is not None:
                     metrics.count("publish_prune_removed_total", removed)
+                    metrics.measure(scanned[1], scanned[0], say.warn)  # what the prune left
             except Exception as e:
                 say.warn(describe(e))
                 fault = True

@@ -118,6 +118,7 @@ class Watcher:
             return
         try:
             self._scan(dl)
+            self.metrics.measure(dl, self.store, self.say.warn)  # what the root holds now
         except BaseException:
             self.metrics.count("publish_scan_errors_total")
             raise
