@@ -90,7 +90,9 @@ def test_status_shows_each_publications_size_and_the_free_space(root: Path) -> N
     assert r.code == 0, r
     lines = r.out.splitlines()
     assert f"  epoch 0 step 3 {shown(str(made[3][0]))} (exists, {human(made[3][1])})" in lines, r.out
-    assert f"  epoch 0 step 2 {shown(str(made[2][0]))} (exists, {human(made[2][1])} by its files)" in lines, r.out
+    assert f"  epoch 0 step 2 {shown(str(made[2][0]))} (exists, {human(made[2][1])} by its files)" in lines, (
+        r.out
+    )
     assert f"  epoch 0 step 1 {shown(str(made[1][0]))} (MISSING)" in lines, r.out
     space = [line for line in lines if line.startswith("space: ")]
     assert len(space) == 1 and f"the filesystem of {root} has " in space[0], r.out
@@ -148,7 +150,9 @@ def test_keep_bytes_caps_only_what_the_others_keep(root: Path) -> None:
     r = run_cli("prune", "-checkpoint", str(root), "-keep", "2", "-keep-every", "10", "-keep-bytes", str(cap))
     assert r.code == 0, r
     assert steps_left(root) == [10, 12, 13]
-    r = run_cli("prune", "-checkpoint", str(root), "-keep", "2", "-keep-every", "10", "-keep-bytes", str(cap - 1))
+    r = run_cli(
+        "prune", "-checkpoint", str(root), "-keep", "2", "-keep-every", "10", "-keep-bytes", str(cap - 1)
+    )
     assert r.code == 0, r
     assert steps_left(root) == [12, 13]
 
@@ -269,7 +273,11 @@ def test_the_rule_for_any_saves(saves: list[tuple[int, bool, bool]], keep: int, 
     capped = [e for e in kept_alone if e.path in there and e.name not in held]
     went = [e for e in capped if e.name not in sched.staying]
     stayed = [e for e in capped if e.name in sched.staying]
-    assert not went or not stayed or max(stayed, key=layout.Entry.key).key() > max(went, key=layout.Entry.key).key()
+    assert (
+        not went
+        or not stayed
+        or max(stayed, key=layout.Entry.key).key() > max(went, key=layout.Entry.key).key()
+    )
     assert all(e.key() > w.key() for e in stayed for w in went)
 
 
@@ -331,7 +339,10 @@ def test_s3_status_sizes_and_keep_bytes(s3_server: S3Server, tmp_path: Path) -> 
     doc = json.loads(root.run("status", "-json").out)
     pubs = {p["step"]: p for p in doc["publications"]}
     assert {s: (p["bytes"], p["bytes_from"]) for s, p in pubs.items()} == {
-        4: (4002, "manifest"), 3: (3002, "files"), 2: (2002, "manifest"), 1: (1002, "manifest")
+        4: (4002, "manifest"),
+        3: (3002, "files"),
+        2: (2002, "manifest"),
+        1: (1002, "manifest"),
     }
     assert doc["space"] is None and doc["bytes"] == 10008
     r = root.run("status")
@@ -354,9 +365,9 @@ def test_keep_bytes_never_removes_a_save_not_yet_mirrored(weed: Weed, tmp_path: 
     fast.mkdir()
     mirror = Root(weed, tmp_path, init=False)
     made = published(fast, {1: 1000, 2: 1000, 3: 1000})
-    mirror.put(f"exec/a/checkpoint-1/model.safetensors", b"w")
+    mirror.put("exec/a/checkpoint-1/model.safetensors", b"w")
     mirror.put(f"pub/{made[1][2]}")
-    mirror.put(f"exec/a/checkpoint-2/model.safetensors", b"w")
+    mirror.put("exec/a/checkpoint-2/model.safetensors", b"w")
     mirror.put(f"pub/{made[2][2]}")
     shutil.rmtree(made[3][0])  # the newest gone: step 2 is the save resolve answers
     flags = ["-checkpoint", str(fast), "-mirror", mirror.url, "-creds", mirror.creds]
