@@ -106,8 +106,8 @@ def summary(store: Store, publications: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def size_note(p: dict[str, Any]) -> str:
-    """The size a publication's text line ends with: ``, 12.4 GB`` (``by its files`` when no manifest said
-    it), ``, size not known: <why>``, or ``""`` for a save that is gone."""
+    """What a publication's text line ends with, after ``(exists)``: ``, 12.4 GB`` (``by its files`` when no
+    manifest said it), ``, size not known: <why>``, or ``""`` for a save that is gone."""
     from publish.sizes import human
 
     if not p.get("exists") or "bytes" not in p:

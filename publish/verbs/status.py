@@ -348,7 +348,7 @@ def text(doc: dict[str, Any]) -> list[str]:
         f"publications in {shown(doc['root'] + '/' + PUB)}: {len(pubs)}, newest first",
         [
             f"  epoch {p['epoch']} step {p['step']} {shown(p['location'])} "
-            f"({'exists' if p['exists'] else 'MISSING'}{size_note(p)})"
+            f"({'exists' if p['exists'] else 'MISSING'}){size_note(p)}"
             for p in pubs
         ],
     )

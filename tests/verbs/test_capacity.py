@@ -89,8 +89,8 @@ def test_status_shows_each_publications_size_and_the_free_space(root: Path) -> N
     r = run_cli("status", "-checkpoint", str(root))
     assert r.code == 0, r
     lines = r.out.splitlines()
-    assert f"  epoch 0 step 3 {shown(str(made[3][0]))} (exists, {human(made[3][1])})" in lines, r.out
-    assert f"  epoch 0 step 2 {shown(str(made[2][0]))} (exists, {human(made[2][1])} by its files)" in lines, (
+    assert f"  epoch 0 step 3 {shown(str(made[3][0]))} (exists), {human(made[3][1])}" in lines, r.out
+    assert f"  epoch 0 step 2 {shown(str(made[2][0]))} (exists), {human(made[2][1])} by its files" in lines, (
         r.out
     )
     assert f"  epoch 0 step 1 {shown(str(made[1][0]))} (MISSING)" in lines, r.out
