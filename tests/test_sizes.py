@@ -109,7 +109,10 @@ def test_a_fraction_is_rounded_down_to_a_whole_byte(whole: int, fraction: str, u
     exact = (whole + Fraction(int(fraction), 10 ** len(fraction))) * UNITS[unit]
     text = f"{whole}.{fraction}{unit}"
     if exact < 1:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="must be at least 1"):
+            parse_size(text)
+    elif exact >= LIMIT:
+        with pytest.raises(ValueError, match="value out of range"):
             parse_size(text)
     else:
         assert parse_size(text) == int(exact)  # int() of a positive Fraction rounds down
