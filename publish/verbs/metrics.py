@@ -1,6 +1,8 @@
 """``-metrics FILE`` for watch and run: a Prometheus text-format file for node_exporter's textfile collector,
 written after every scan (and after run's prune and requeue) through a temporary file renamed into place,
-so the collector never reads half a file.  The file may not go in the root's own folders (:func:`refused`)."""
+so the collector never reads half a file.  Besides the counters, what the root holds (:data:`CAPACITY`):
+each publication's bytes and, on POSIX, the free space of the root's filesystem, measured after each scan
+that finished.  The file may not go in the root's own folders (:func:`refused`)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,9 @@ from publish.redact import shown
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
+
+    from publish.deadline import Deadline
+    from publish.stores.base import Store
 
 #: (name, type, help) of every series, in the order written.
 SERIES = (
@@ -37,6 +42,13 @@ SERIES = (
         "counter",
         "-on-publish and -on-mirror commands that failed, were killed or did not start, and events dropped.",
     ),
+)
+#: (name, help) of the gauges of what the root holds, written once measured (the root's filesystem: POSIX).
+CAPACITY = (
+    ("publish_save_bytes", "Bytes of each publication's save, by entry (its manifest's, else its files')."),
+    ("publish_publications_bytes", "Bytes of all the publications' saves."),
+    ("publish_root_free_bytes", "Bytes a user may still write on the root's filesystem (POSIX roots)."),
+    ("publish_root_size_bytes", "Bytes of the root's filesystem (POSIX roots)."),
 )
 
 
@@ -107,6 +119,40 @@ class Metrics:
         self.values["publish_last_published_step"] = -1
         self.values["publish_last_published_timestamp_seconds"] = time.time() if clock is None else clock
         self._failed = ""  # the last write's fault, said once
+        self.saves: dict[str, int] | None = None  # bytes by entry name, once measured
+        self.space: dict[str, int] | None = None  # the root's filesystem (POSIX), once measured
+        self._unmeasured = ""  # the last measure's fault, said once
+        self._sized: dict[str, int] = {}  # what each entry's save holds: a publication's size never changes
+
+    def measure(self, dl: Deadline, store: Store, warn: Callable[[str], None]) -> None:
+        """Read what the root holds: pub/ (one listing), the size of each publication not seen before (its
+        manifest, publish.verbs.capacity), and the free space of a POSIX root's filesystem.  A fault is said
+        once on stderr (and once more when it changes), never raised: measuring never stops publishing."""
+        from publish import layout
+        from publish.errors import PublishError
+        from publish.layout import PUB
+        from publish.verbs.capacity import save_size, space
+
+        try:
+            entries = layout.parse_all(store.list_entries(dl), store.location(PUB))
+            sized = {}
+            for entry in entries:
+                n = self._sized.get(entry.name)
+                if n is None:
+                    n = save_size(dl, store, entry).bytes
+                    if n is None:
+                        continue  # not told now (a link inside it): asked again next time
+                sized[entry.name] = n
+            self._sized = sized
+            self.saves = sized
+            self.space = space(store)
+        except (PublishError, OSError) as e:
+            text = f"-metrics: what {shown(store.root)} holds could not be measured: {e}"
+            if text != self._unmeasured:
+                warn(f"{text} (publishing goes on)")
+            self._unmeasured = text
+        else:
+            self._unmeasured = ""
 
     def published(self, step: int, when: float | None = None) -> None:
         self.values["publish_published_total"] += 1
@@ -128,7 +174,27 @@ class Metrics:
                 f"# TYPE {name} {kind}",
                 f'{name}{{root="{root}"}} {number}',
             ]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + self._capacity(root)) + "\n"
+
+    def _capacity(self, root: str) -> list[str]:
+        """The lines of :data:`CAPACITY`, once measured."""
+        if self.saves is None:
+            return []
+        values: dict[str, list[tuple[str, int]]] = {
+            "publish_save_bytes": [
+                (f'root="{root}",entry="{label(name)}"', n) for name, n in sorted(self.saves.items())
+            ],
+            "publish_publications_bytes": [(f'root="{root}"', sum(self.saves.values()))],
+        }
+        if self.space is not None:
+            values["publish_root_free_bytes"] = [(f'root="{root}"', self.space["free_bytes"])]
+            values["publish_root_size_bytes"] = [(f'root="{root}"', self.space["total_bytes"])]
+        lines = []
+        for name, help_text in CAPACITY:
+            if name in values:
+                lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+                lines += [f"{name}{{{labels}}} {n}" for labels, n in values[name]]
+        return lines
 
     def write(self) -> None:
         """Write the file: a temporary file beside it, renamed into place.  A FileError naming it otherwise."""

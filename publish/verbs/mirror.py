@@ -39,8 +39,9 @@ RATE_FLOOR = 1 << 20
 class Tiers:
     """The fast root (POSIX) and its mirror (S3), and what moves saves from one to the other.
 
-    ``keep``: -mirror-keep (None: the mirror is never pruned); ``stale``: how old a multipart upload into
-    the mirror's exec/ must be before a pass aborts it."""
+    ``keep``: -mirror-keep (None: the mirror is never pruned), capped by ``keep_bytes`` (-mirror-keep-bytes;
+    it changes nothing of what is pending); ``stale``: how old a multipart upload into the mirror's exec/
+    must be before a pass aborts it."""
 
     def __init__(
         self,
@@ -50,7 +51,9 @@ class Tiers:
         timeout: float,
         keep: int | None = None,
         stale: float = AGE,
+        keep_bytes: int | None = None,
     ) -> None:
+        self.keep_bytes = keep_bytes
         self.fast = fast
         self.mirror = mirror
         self.say = say
@@ -149,9 +152,10 @@ class Tiers:
                 self.failed = True
                 self._once(f"{e}: not mirrored (tried again on the next pass)")
         if (done or last) and self.keep is not None:
-            from publish.verbs.prune import prune
+            from publish.verbs.prune import mirror_policy, prune
 
-            prune(until or Deadline(self.timeout), self.mirror, self.say, self.keep)
+            policy = mirror_policy(self.keep, self.keep_bytes)
+            prune(until or Deadline(self.timeout), self.mirror, self.say, policy)
         return done
 
     def upload(self, entry: layout.Entry, until: Deadline | None = None) -> bool:
@@ -326,6 +330,9 @@ def open_tiers(
 ) -> Tiers | None:
     """The tiers -mirror asks for of a watch or a run (None: not given), the mirror's store opened with
     -creds and -proxy; -mirror-keep alone is a usage error.  ``stale``: -orphans-age when given."""
+    from publish.verbs.prune import mirror_bytes_of
+
+    keep_bytes = mirror_bytes_of(cmd.mirror_keep, cmd.mirror_keep_bytes)
     mirror = cmd.mirror_root(call, root)
     if mirror is None:
         if cmd.mirror_keep.is_set:
@@ -333,5 +340,11 @@ def open_tiers(
         return None
     store = cmd.open_mirror(call, mirror, renew=True).store
     return Tiers(
-        fast, store, call.say, cmd.timeout.value, cmd.mirror_keep.value, AGE if stale is None else stale
+        fast,
+        store,
+        call.say,
+        cmd.timeout.value,
+        cmd.mirror_keep.value,
+        AGE if stale is None else stale,
+        keep_bytes,
     )

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from publish.go.flags import Flag, FlagSet
     from publish.stores.base import Store, Upload
+    from publish.verbs.capacity import Size
 
 #: How many finished tombstones are dropped at once (one fsync of tomb/ on POSIX).
 TOMB_BATCH = 512
@@ -34,9 +35,21 @@ class Policy:
     """Which entries stay: the latest ``keep`` (at least one, so the newest always stays), and also those whose
     step is a multiple of ``every`` (0: none) and those made within ``within`` seconds before ``now`` (None:
     none), by ``times`` (entry name to seconds since the epoch, Store.entry_times).  ``orphans``: also remove
-    the leftovers in exec/ that -orphans asks for (None: not asked)."""
+    the leftovers in exec/ that -orphans asks for (None: not asked).  ``bytes``: -keep-bytes, the cap on
+    what the others keep (publish.verbs.capacity.cap; None: no cap), given as ``bytes_flag``."""
 
-    __slots__ = ("keep", "every", "within", "times", "now", "orphans", "protect", "held")
+    __slots__ = (
+        "keep",
+        "every",
+        "within",
+        "times",
+        "now",
+        "orphans",
+        "protect",
+        "held",
+        "bytes",
+        "bytes_flag",
+    )
 
     def __init__(
         self,
@@ -55,6 +68,8 @@ class Policy:
         #: -mirror: given the entries read, the names that stay whatever the rest says (pending uploads)
         self.protect: Callable[[Deadline, list[layout.Entry]], set[str]] | None = None
         self.held: set[str] = set()
+        self.bytes: int | None = None
+        self.bytes_flag = "-keep-bytes"
 
     def also_kept(self, entry: layout.Entry) -> bool:
         if entry.name in self.held:
@@ -74,14 +89,31 @@ class Saves:
     turn, and a folder that holds nothing answers for everything below it (an unmounted or emptied
     ``exec/`` costs one question, not one per entry).  ``known``: answers already had (status asks every
     publication's save anyway).  A fault of the store (a permission, an I/O error, a failing LIST) is
-    raised: "I cannot tell" is never taken for "gone"."""
+    raised: "I cannot tell" is never taken for "gone".  ``sizes``: what each save holds, by entry name
+    (-keep-bytes), read at most once each (:meth:`size`)."""
 
-    __slots__ = ("dl", "store", "known")
+    __slots__ = ("dl", "store", "known", "sizes")
 
-    def __init__(self, dl: Deadline, store: Store, known: dict[str, bool] | None = None) -> None:
+    def __init__(
+        self,
+        dl: Deadline,
+        store: Store,
+        known: dict[str, bool] | None = None,
+        sizes: dict[str, Size] | None = None,
+    ) -> None:
         self.dl = dl
         self.store = store
         self.known: dict[str, bool] = dict(known or {})
+        self.sizes: dict[str, Size] = dict(sizes or {})
+
+    def size(self, entry: layout.Entry) -> Size:
+        """What the save of ``entry`` (which exists) holds (publish.verbs.capacity.save_size)."""
+        found = self.sizes.get(entry.name)
+        if found is None:
+            from publish.verbs.capacity import save_size
+
+            found = self.sizes[entry.name] = save_size(self.dl, self.store, entry)
+        return found
 
     def __call__(self, path: str) -> bool:
         held = self.known.get(path)
@@ -189,12 +221,19 @@ class Schedule:
         "orphans",
         "uploads",
         "left",
+        "notes",
     )
 
     def __init__(
         self, entries: list[layout.Entry], tombs: list[str], keep: int | Policy, saves: Saves | None = None
     ) -> None:
         self.gone, kept_entries = split(entries, keep, saves)
+        self.notes: list[str] = []  # said on stderr: what -keep-bytes kept over its cap, or could not measure
+        if isinstance(keep, Policy) and keep.bytes is not None and saves is not None:
+            from publish.verbs.capacity import cap
+
+            more, kept_entries, self.notes = cap(keep, kept_entries, saves)
+            self.gone = layout.oldest_first(self.gone + more)
         self.staying = {e.name for e in kept_entries}  # the names of the entries that stay
         self.kept = kept = layout.Nest([k.path for k in kept_entries])
         self.folders = unrelated(self.gone, kept)
@@ -251,6 +290,8 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
     ``dry_run``: the same reads and checks, then ``would remove <location>`` per folder the prune would
     remove (and ``would abort ...`` per upload), and nothing written.  Returns how many folders it removed."""
     sched = read_schedule(dl, store, keep)
+    for note in sched.notes:
+        say.warn(note)
     if dry_run:
         for line in would_remove(dl, store, sched):
             if line.startswith(("would remove ", "would abort ")):
@@ -453,8 +494,9 @@ def _link_on_path(store: Store, folder: str) -> str:
 class Prune(common.Command):
     name = "prune"
     synopsis = (
-        f"publish prune {common.ROOT_FLAGS} [-keep 3] [-keep-every K] [-keep-within D] "
-        "[-orphans [-orphans-age 1h] [-attempt A]] [-mirror URL [-mirror-keep M]] [-dry-run]"
+        f"publish prune {common.ROOT_FLAGS} [-keep 3] [-keep-every K] [-keep-within D] [-keep-bytes SIZE] "
+        "[-orphans [-orphans-age 1h] [-attempt A]] [-mirror URL [-mirror-keep M [-mirror-keep-bytes SIZE]]] "
+        "[-dry-run]"
     )
     summary = "remove all but the latest publications and the folders only they named"
 
@@ -467,20 +509,23 @@ class Prune(common.Command):
             "dry-run", False, "print what would be removed (would remove <location>), remove nothing"
         )
         self.keep_every, self.keep_within = policy_flags(self.fs)
+        self.keep_bytes = bytes_flag(self.fs)
         self.orphans, self.orphans_age = orphan_flags(self.fs)
         self.attempt = attempt_flag(self.fs)
         self.mirror = common.mirror_flag(self.fs)
         self.mirror_keep = shared.keep_flag(self.fs)
+        self.mirror_keep_bytes = shared.mirror_bytes_flag(self.fs)
 
     def run(self, call: common.Call) -> int:
         common.expect_args(call, [])
         orphans = given_orphans(self.orphans, self.orphans_age, self.attempt, call.env)
+        mirror_bytes = mirror_bytes_of(self.mirror_keep, self.mirror_keep_bytes)
         root = self.root(call)
         mirror_root = self.mirror_root(call, root)
         if mirror_root is None and self.mirror_keep.is_set:
             raise UsageError("-mirror-keep applies to -mirror: give -mirror")
         store = self.open(call, root).store
-        policy = policy_of(self.keep.value, self.keep_every, self.keep_within)
+        policy = policy_of(self.keep.value, self.keep_every, self.keep_within, self.keep_bytes)
         policy.orphans = orphans
         dl = self.deadline(call)
         if mirror_root is None:
@@ -492,7 +537,7 @@ class Prune(common.Command):
         mirror_keep = self.mirror_keep.value
         if mirror_keep is not None:  # first: a mirror that fails (one never written) leaves the root as it is
             store.check_root(dl)  # and a root that fails (gone with its node) leaves the mirror as it is
-            prune(dl, mirror, call.say, mirror_keep, dry_run=self.dry_run.value)
+            prune(dl, mirror, call.say, mirror_policy(mirror_keep, mirror_bytes), dry_run=self.dry_run.value)
         # As run -keep: a save not yet on the mirror stays (the mirror's pub/ read after the root's).
         policy.protect = lambda dl, entries: pending_names(
             dl, entries, mirror, mirror_keep, Saves(dl, store), Saves(dl, mirror)
@@ -510,8 +555,40 @@ def policy_flags(fs: FlagSet) -> tuple[Flag[int], Flag[float]]:
     return every, within
 
 
-def policy_of(keep: int, every: Flag[int], within: Flag[float]) -> Policy:
-    return Policy(keep, every.value if every.is_set else 0, within.value if within.is_set else None)
+def policy_of(
+    keep: int, every: Flag[int], within: Flag[float], size: Flag[int | None] | None = None
+) -> Policy:
+    policy = Policy(keep, every.value if every.is_set else 0, within.value if within.is_set else None)
+    if size is not None:
+        policy.bytes = size.value
+    return policy
+
+
+def bytes_flag(fs: FlagSet) -> Flag[int | None]:
+    """-keep-bytes, for prune, run and status."""
+    return shared.size_flag(
+        fs,
+        "keep-bytes",
+        "of the publications the other -keep flags keep, only the newest whose saves add up to at most `SIZE` "
+        "(500GB, 2TiB; the newest save always, and every save not yet mirrored)",
+    )
+
+
+def mirror_policy(keep: int, size: int | None) -> int | Policy:
+    """What prunes the mirror: -mirror-keep M, capped by -mirror-keep-bytes when given."""
+    if size is None:
+        return keep
+    policy = Policy(keep)
+    policy.bytes = size
+    policy.bytes_flag = "-mirror-keep-bytes"
+    return policy
+
+
+def mirror_bytes_of(mirror_keep: Flag[int | None], size: Flag[int | None]) -> int | None:
+    """-mirror-keep-bytes, which applies to -mirror-keep alone (a usage error otherwise)."""
+    if size.is_set and not mirror_keep.is_set:
+        raise UsageError("-mirror-keep-bytes applies to -mirror-keep: give -mirror-keep")
+    return size.value
 
 
 def orphan_flags(fs: FlagSet) -> tuple[Flag[bool], Flag[float]]:

@@ -16,7 +16,7 @@ from publish.layout import EXEC
 from publish.redact import shown
 from publish.threads import Flag, Worker
 from publish.verbs import Say, child, common, shared
-from publish.verbs.prune import Policy, orphan_flags, orphans_of, policy_flags, policy_of
+from publish.verbs.prune import Policy, bytes_flag, orphan_flags, orphans_of, policy_flags, policy_of
 from publish.verbs.resolve import resolve, resolve_tiers
 from publish.verbs.shared import describe
 from publish.verbs.slurm import LIVE, Batch, signame
@@ -384,6 +384,7 @@ def _prune_and_requeue(
                 removed = prune(scanned[1], scanned[0], say, keep)
                 if metrics is not None:
                     metrics.count("publish_prune_removed_total", removed)
+                    metrics.measure(scanned[1], scanned[0], say.warn)  # what the prune left
             except Exception as e:
                 say.warn(describe(e))
                 fault = True
@@ -428,7 +429,7 @@ class Run(shared.SavesCommand):
     name = "run"
     synopsis = (
         f"publish run {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
-        "[-keep N [-keep-every K] [-keep-within D] [-orphans [-orphans-age 1h]]] [-mirror URL [-mirror-keep M]] [-on-publish CMD] [-on-mirror CMD] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue [-max-idle-requeues K]] -- COMMAND [ARG...]"
+        "[-keep N [-keep-every K] [-keep-within D] [-keep-bytes SIZE] [-orphans [-orphans-age 1h]]] [-mirror URL [-mirror-keep M [-mirror-keep-bytes SIZE]]] [-on-publish CMD] [-on-mirror CMD] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue [-max-idle-requeues K]] -- COMMAND [ARG...]"
     )
     summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"
     attempt_usage = "the execution `A`: saves go to ROOT/exec/A (env DISPATCH_ATTEMPT; default: from Slurm's job, else unique)"
@@ -440,6 +441,7 @@ class Run(shared.SavesCommand):
         keep = "after COMMAND exits, prune to the latest `N` (default: no prune)"
         self.keep = fs.custom("keep", None, keep, _decimal(1), "N")
         self.keep_every, self.keep_within = policy_flags(fs)
+        self.keep_bytes = bytes_flag(fs)
         self.orphans, self.orphans_age = orphan_flags(fs)
         resume = "when there is a save, append `FLAG` and its location to COMMAND"
         self.resume_arg = fs.string("resume-arg", "", resume)
@@ -475,7 +477,8 @@ class Run(shared.SavesCommand):
         store = self.open(call, root, renew=True).store
         orphan_age = self.orphans_age.value if self.orphans.value else None
         tiers = None
-        if self.mirror_root(call, root) or self.mirror_keep.is_set:  # else nothing of the mirror is imported
+        if self.mirror_root(call, root) or self.mirror_keep.is_set or self.mirror_keep_bytes.is_set:
+            # else nothing of the mirror is imported
             from publish.verbs.mirror import open_tiers
 
             tiers = open_tiers(
@@ -485,10 +488,14 @@ class Run(shared.SavesCommand):
         signals = call.stop if isinstance(call.stop, Signals) else Signals()
         resume_arg, requeue = self.resume_arg.value, self.requeue.value
         keep = (
-            None if self.keep.value is None else policy_of(self.keep.value, self.keep_every, self.keep_within)
+            None
+            if self.keep.value is None
+            else policy_of(self.keep.value, self.keep_every, self.keep_within, self.keep_bytes)
         )
         if keep is None and (self.keep_every.is_set or self.keep_within.is_set):
             raise UsageError("-keep-every and -keep-within apply to the prune -keep N asks for: give -keep")
+        if keep is None and self.keep_bytes.is_set:
+            raise UsageError("-keep-bytes applies to the prune -keep N asks for: give -keep")
         orphans = orphans_of(self.orphans, self.orphans_age, attempt)  # the current attempt is never touched
         if keep is None and orphans is not None:
             raise UsageError("-orphans applies to the prune -keep N asks for: give -keep")

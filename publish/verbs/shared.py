@@ -126,6 +126,27 @@ def keep_flag(fs: FlagSet) -> Flag[int | None]:
     )
 
 
+def _size(text: str) -> int:
+    from publish.sizes import parse_size  # here: a command line without a size needs none of its rules
+
+    return parse_size(text)
+
+
+def size_flag(fs: FlagSet, name: str, usage: str) -> Flag[int | None]:
+    """A size in bytes (publish.sizes: ``500GB``, ``2TiB``, plain bytes), or None when not given."""
+    return fs.custom(name, None, usage, _size, "SIZE")
+
+
+def mirror_bytes_flag(fs: FlagSet) -> Flag[int | None]:
+    """-mirror-keep-bytes, for run, watch and prune."""
+    return size_flag(
+        fs,
+        "mirror-keep-bytes",
+        "with -mirror-keep: of the saves it keeps on the mirror, only the newest whose sizes add up to at most "
+        "`SIZE` (500GB, 2TiB; the newest save always)",
+    )
+
+
 def _world_size(text: str) -> int:
     from publish.go.gocompat import (
         parse_decimal,  # here: a command line without numbers needs none of Go's rules
@@ -164,6 +185,7 @@ class SavesCommand(Command):
         self.epoch = epoch_flag(fs, self.epoch_default)
         self.mirror = mirror_flag(fs)
         self.mirror_keep = keep_flag(fs)
+        self.mirror_keep_bytes = mirror_bytes_flag(fs)
         self.on_publish = fs.string(
             "on-publish",
             "",

@@ -14,6 +14,7 @@ from publish.layout import EXEC, PUB, TOMB
 from publish.redact import shown
 from publish.stores.base import Store
 from publish.verbs import Say, common, shared
+from publish.verbs.capacity import policy_text, size_note, space_line
 from publish.verbs.idle import MARK
 from publish.verbs.prune import (
     NoSaves,
@@ -21,6 +22,7 @@ from publish.verbs.prune import (
     Saves,
     Schedule,
     attempt_flag,
+    bytes_flag,
     given_orphans,
     orphan_flags,
     policy_flags,
@@ -115,6 +117,9 @@ def collect(
         }
         for e in sorted(entries, key=layout.Entry.key, reverse=True)
     ]
+    from publish.verbs import capacity
+
+    sized = capacity.measure(dl, store, publications)  # each one's bytes: one manifest read each
     published = {e.path for e in entries}
     doomed = set(tombs)  # listed as tombstones, not as saves or leftovers
     named = layout.Nest(list(published))
@@ -184,6 +189,7 @@ def collect(
     }
     if marks is not None:
         marks.extend(name for name in files_in_exec if name.startswith(MARK))
+    doc.update(capacity.summary(store, publications))
     if keep is not None:
         if isinstance(keep, Policy) and keep.within is not None:
             keep.times, keep.now = times, now
@@ -192,7 +198,7 @@ def collect(
         policy = keep if isinstance(keep, Policy) else Policy(keep)
         known = {str(p["path"]): bool(p["exists"]) for p in publications}  # asked once, as prune asks
         try:
-            sched = Schedule(entries, tombs, keep, Saves(dl, store, known))
+            sched = Schedule(entries, tombs, keep, Saves(dl, store, known, sized))
         except NoSaves as e:  # what prune would do: nothing, and say why
             doc["prune"] = _plan(policy, None, [], [], str(e))
             return doc
@@ -209,18 +215,28 @@ def collect(
                 ],
                 "left": [{"path": p, "location": store.location(p), "why": why} for p, why in sched.left],
             }
-        doc["prune"] = _plan(policy, orphans, [e.name for e in sched.gone], would_remove(dl, store, sched))
+        doc["prune"] = _plan(
+            policy, orphans, [e.name for e in sched.gone], would_remove(dl, store, sched), notes=sched.notes
+        )
     return doc
 
 
 def _plan(
-    policy: Policy, orphans: dict[str, Any] | None, entries: list[str], lines: list[str], refused: str = ""
+    policy: Policy,
+    orphans: dict[str, Any] | None,
+    entries: list[str],
+    lines: list[str],
+    refused: str = "",
+    notes: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The document's ``prune``; ``refused``: why prune would remove nothing (every save looks gone)."""
+    """The document's ``prune``; ``refused``: why prune would remove nothing (every save looks gone);
+    ``notes``: what prune would say on stderr of -keep-bytes."""
     return {
         "keep": policy.keep,
         "keep_every": policy.every or None,
         "keep_within": policy.within,
+        "keep_bytes": policy.bytes,
+        "notes": notes or [],
         "orphans": orphans,
         "entries": entries,
         "lines": lines,
@@ -263,9 +279,13 @@ def status(
     only: str | None = None,
     mirror: Store | None = None,
     mirror_keep: int | None = None,
+    max_age: float | None = None,
+    max_lag: float | None = None,
 ) -> None:
     """Print the status document, as one JSON line or as text for a person.  With ``mirror`` (-mirror),
-    the mirror's document too, under ``"mirror"``, and which publications it holds."""
+    the mirror's document too, under ``"mirror"``, and which publications it holds.  ``max_age`` and
+    ``max_lag`` (-max-age, -max-mirror-lag): when what they bound is stale, a Failure naming it in one
+    line instead (publish.verbs.health)."""
     pair = None
     if mirror is not None:
         from publish.verbs.mirror import Tiers
@@ -300,6 +320,10 @@ def status(
         tiers(doc, mirrored, [e.name for e in pending])
         # run -requeue -mirror's count: resolve -mirror's answer, the union of both tiers' marks
         doc["idle"] = _idle(doc["publications"], fast_marks + mirror_marks, mirrored["publications"])
+    if max_age is not None or max_lag is not None:
+        from publish.verbs.health import check
+
+        check(doc, max_age, max_lag)
     if as_json:
         import json
 
@@ -332,6 +356,8 @@ def _failed(store: Store, only: str | None, why: str) -> dict[str, Any]:
         "tombstones": [],
         "prune": None,
         "idle": _idle([], []),
+        "bytes": None,
+        "space": None,
     }
 
 
@@ -394,10 +420,11 @@ def text(doc: dict[str, Any]) -> list[str]:
             f"publications in {shown(doc['root'] + '/' + PUB)}: {len(pubs)}, newest first",
             [
                 f"  epoch {p['epoch']} step {p['step']} {shown(p['location'])} "
-                f"({'exists' if p['exists'] else 'MISSING'})"
+                f"({'exists' if p['exists'] else 'MISSING'}){size_note(p)}"
                 for p in pubs
             ],
         )
+        lines.append(space_line(doc))
         att = doc["attempts"]
         head = f"saves not published under {shown(doc['root'] + '/' + EXEC + '/')} ({att['total']} attempts"
         if att["looked_into"] < att["total"]:
@@ -451,6 +478,7 @@ def text(doc: dict[str, Any]) -> list[str]:
             from publish.go.gocompat import format_duration
 
             policy += f" -keep-within {format_duration(plan['keep_within'])}"
+        policy += policy_text(plan)
         orphans = plan.get("orphans")
         if orphans is not None:
             from publish.go.gocompat import format_duration
@@ -465,6 +493,7 @@ def text(doc: dict[str, Any]) -> list[str]:
                 f"prune {policy} would remove entries: {len(plan['entries'])}, and:",
                 [f"  {line}" for line in plan["lines"]],
             )
+            lines.extend(f"  ({note})" for note in plan.get("notes", ()))
     if "mirror" in doc:
         lines.append(f"the mirror {shown(doc['mirror']['root'])}:")
         lines.extend("  " + line for line in text(doc["mirror"]))
@@ -475,7 +504,8 @@ class Status(common.Command):
     name = "status"
     synopsis = (
         f"publish status {common.ROOT_FLAGS} [-framework F] "
-        "[-keep N [-keep-every K] [-keep-within D] [-orphans [-orphans-age 1h] [-attempt A]]] [-mirror URL [-mirror-keep M]] [-json]"
+        "[-keep N [-keep-every K] [-keep-within D] [-keep-bytes SIZE] [-orphans [-orphans-age 1h] [-attempt A]]] "
+        "[-mirror URL [-mirror-keep M] [-max-mirror-lag D]] [-max-age D] [-json]"
     )
     summary = "show what a root holds: publications, unpublished saves, leftovers, pending prunes"
 
@@ -486,6 +516,19 @@ class Status(common.Command):
         )
         self.json = self.fs.boolean("json", False, "print one JSON document (version 1) instead of text")
         self.keep_every, self.keep_within = policy_flags(self.fs)
+        self.keep_bytes = bytes_flag(self.fs)
+        self.max_age = self.fs.duration(
+            "max-age",
+            0.0,
+            "exit 1, naming it in one line, when the newest publication (of either tier) was made longer than "
+            "the duration `D` ago",
+        )
+        self.max_lag = self.fs.duration(
+            "max-mirror-lag",
+            0.0,
+            "with -mirror: exit 1, naming it in one line, when the newest save not yet mirrored was published "
+            "longer than the duration `D` ago",
+        )
         self.framework = shared.framework_flag(self.fs, f"only this framework's verdicts: {LISTED}")
         self.orphans, self.orphans_age = orphan_flags(self.fs)
         self.attempt = attempt_flag(self.fs)
@@ -496,6 +539,8 @@ class Status(common.Command):
         common.expect_args(call, [])
         if not self.keep.is_set and (self.keep_every.is_set or self.keep_within.is_set):
             raise UsageError("-keep-every and -keep-within apply to the prune -keep N shows: give -keep")
+        if not self.keep.is_set and self.keep_bytes.is_set:
+            raise UsageError("-keep-bytes applies to the prune -keep N shows: give -keep")
         if not self.keep.is_set and self.orphans.value:
             raise UsageError("-orphans applies to the prune -keep N shows: give -keep")
         orphans = given_orphans(self.orphans, self.orphans_age, self.attempt, call.env)
@@ -505,9 +550,11 @@ class Status(common.Command):
         mirror = self.open_mirror(call, mirror_root).store if mirror_root is not None else None
         if mirror is None and self.mirror_keep.is_set:
             raise UsageError("-mirror-keep applies to -mirror: give -mirror")
+        if mirror is None and self.max_lag.is_set:
+            raise UsageError("-max-mirror-lag applies to -mirror: give -mirror")
         policy = None
         if self.keep.is_set:
-            policy = policy_of(self.keep.value, self.keep_every, self.keep_within)
+            policy = policy_of(self.keep.value, self.keep_every, self.keep_within, self.keep_bytes)
             policy.orphans = orphans
         status(
             self.deadline(call),
@@ -518,6 +565,8 @@ class Status(common.Command):
             only=self.framework.value,
             mirror=mirror,
             mirror_keep=self.mirror_keep.value,
+            max_age=self.max_age.value if self.max_age.is_set else None,
+            max_lag=self.max_lag.value if self.max_lag.is_set else None,
         )
         return 0
 

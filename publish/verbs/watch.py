@@ -120,6 +120,7 @@ class Watcher:
             return
         try:
             self._scan(dl)
+            self.metrics.measure(dl, self.store, self.say.warn)  # what the root holds now
         except BaseException:
             self.metrics.count("publish_scan_errors_total")
             raise
@@ -333,7 +334,7 @@ class Watch(shared.SavesCommand):
     name = "watch"
     synopsis = (
         f"publish watch {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
-        "[-mirror URL [-mirror-keep M]] [-on-publish CMD] [-on-mirror CMD] [-epoch N] [-attempt A] [SAVES]"
+        "[-mirror URL [-mirror-keep M [-mirror-keep-bytes SIZE]]] [-on-publish CMD] [-on-mirror CMD] [-epoch N] [-attempt A] [SAVES]"
     )
     summary = "publish each save once it is complete, until SIGTERM or SIGINT"
     attempt_usage = "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)"
@@ -365,7 +366,8 @@ class Watch(shared.SavesCommand):
         events = self.events_for(call, framework, metrics)
         store = self.open(call, root, renew=True).store
         tiers = None
-        if self.mirror_root(call, root) or self.mirror_keep.is_set:  # else nothing of the mirror is imported
+        if self.mirror_root(call, root) or self.mirror_keep.is_set or self.mirror_keep_bytes.is_set:
+            # else nothing of the mirror is imported
             from publish.verbs.mirror import open_tiers
 
             tiers = open_tiers(self, call, root, store)

@@ -134,15 +134,31 @@ def posix_root(tmp_path: Path) -> Path:
 
 def doc(r: Result) -> dict[str, Any]:
     """The document, each publication's ``time`` and ``age`` checked for their form and taken out (the
-    tests that check their values are in tests/verbs/test_retention.py)."""
+    tests that check their values are in tests/verbs/test_retention.py), and so the sizes and free space
+    (tests/verbs/test_capacity.py)."""
     assert (r.code, r.err) == (0, ""), r.err
     assert len(r.lines) == 1  # one JSON document on one line
     parsed: dict[str, Any] = json.loads(r.out)
+    capacity(parsed)
     for pub in parsed["publications"]:
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", pub.pop("time"))
         age = pub.pop("age")
         assert isinstance(age, (int, float)) and age >= 0
     return parsed
+
+
+def capacity(parsed: dict[str, Any]) -> None:
+    """Check the form of the capacity fields of a status document (and its mirror's), and take them out."""
+    for d in [parsed] + ([parsed["mirror"]] if "mirror" in parsed else []):
+        for pub in d["publications"]:
+            size, source, error = pub.pop("bytes"), pub.pop("bytes_from"), pub.pop("bytes_error")
+            assert (size is None) == (source is None) and source in (None, "manifest", "files")
+            assert size is not None or error is not None or not pub["exists"]
+        assert d.pop("bytes") >= 0
+        space = d.pop("space")
+        assert space is None or 0 <= space["free_bytes"] <= space["total_bytes"]
+        if d["prune"] is not None:
+            assert (d["prune"].pop("keep_bytes"), d["prune"].pop("notes")) == (None, [])
 
 
 @pytest.mark.parametrize("keep", [None, 2])
@@ -162,9 +178,9 @@ def test_posix_status_text(tmp_path: Path) -> None:
     assert r.lines[:5] == [
         f"publications in {root}/pub: 4, newest first",
         f"  epoch 1 step 8 {root}/exec/gone/checkpoint-8 (MISSING)",
-        f"  epoch 0 step 6 {root}/exec/C/sub/checkpoint-6 (exists)",
-        f"  epoch 0 step 2 {root}/exec/A/checkpoint-2 (exists)",
-        f"  epoch 0 step 1 {root}/exec/A/checkpoint-1 (exists)",
+        f"  epoch 0 step 6 {root}/exec/C/sub/checkpoint-6 (exists), 18 B by its files",  # no manifests
+        f"  epoch 0 step 2 {root}/exec/A/checkpoint-2 (exists), 18 B by its files",
+        f"  epoch 0 step 1 {root}/exec/A/checkpoint-1 (exists), 18 B by its files",
     ]
     assert f"  complete   {root}/exec/A/checkpoint-3 (hf, step 3)" in r.lines
     assert f"  incomplete {root}/exec/A/epoch=0-step=5.ckpt (lightning, step 5)" in r.lines
