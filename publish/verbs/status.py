@@ -90,6 +90,8 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | N
     tombs = layout.parse_tombs(store.list_tombs(dl), store.location(TOMB))
     if not entries and not tombs:
         store.check_exists(dl)
+    ordered = sorted(entries, key=layout.Entry.key, reverse=True)
+    there = _holding(dl, store, [e.path for e in ordered])
     publications = [
         {
             "entry": e.name,
@@ -99,11 +101,11 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | N
             "step_decimal": str(e.step),
             "path": e.path,
             "location": store.location(e.path),
-            "exists": store.holds(dl, e.path),
+            "exists": held,
             "time": rfc3339(times[e.name]),  # when the entry was made: its file's mtime, its LastModified
             "age": round(max(now - times[e.name], 0.0), 3),  # seconds
         }
-        for e in sorted(entries, key=layout.Entry.key, reverse=True)
+        for e, held in zip(ordered, there)
     ]
     published = {e.path for e in entries}
     doomed = set(tombs)  # listed as tombstones, not as saves or leftovers
@@ -131,6 +133,8 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | N
         candidates = [(n, "folder") for n in folders] + [(n, "file") for n in files]
         for child, kind in sorted(candidates):
             path = f"{EXEC}/{attempt}/{child}"
+            if path in published:
+                continue  # a published save: neither a save to report nor a folder no entry names
             parts = path.split("/")
             if any("/".join(parts[:i]) in doomed for i in range(1, len(parts) + 1)):
                 continue
@@ -144,7 +148,7 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | N
                 matched = True
                 if only is None or name == only:
                     matches.append((name, step))
-            if matches and path not in published:
+            if matches:
                 framework, step, state, message = _verdict(dl, store, path, matches)
                 saves.append(
                     {
@@ -203,6 +207,15 @@ def collect(dl: Deadline, store: Store, keep: int | Policy | None, only: str | N
     return doc
 
 
+def _holding(dl: Deadline, store: Store, paths: list[str]) -> list[bool]:
+    """Whether something is at each of ``paths``: at once where the store can (POSIX: each parent folder
+    opened once), else one ``holds`` each."""
+    at_once = getattr(store, "holds_all", None)
+    if at_once is not None:
+        return list(at_once(dl, paths))
+    return [store.holds(dl, path) for path in paths]
+
+
 def _idle(store: Store, publications: list[dict[str, Any]], files: list[str]) -> dict[str, Any]:
     """run -requeue's count of idle requeues (publish.verbs.idle): the marks in exec/ of the save a dispatch
     would resume from now (the newest publication whose save exists; none: no save), and all marks."""
@@ -250,8 +263,7 @@ def status(
 
         say.out(json.dumps(doc, ensure_ascii=True))
         return
-    for line in text(doc):
-        say.out(line)
+    say.out_all(text(doc))
 
 
 def tiers(doc: dict[str, Any], mirrored: dict[str, Any], pending: list[str]) -> None:
