@@ -74,6 +74,10 @@ def main(
         stdout.write(one_line(line) + "\n")
         stdout.flush()
 
+    def out_lines(lines: list[str]) -> None:
+        stdout.write("".join([one_line(line) + "\n" for line in lines]))
+        stdout.flush()
+
     def warn(line: str) -> None:
         stderr.write("publish: " + one_line(line) + "\n")
         stderr.flush()
@@ -120,7 +124,9 @@ def main(
         else:
             stop = trap.stop
     try:
-        call = Call(args, dashdash, env, cwd if cwd is not None else posix.getcwd(), Say(out, warn), stop)
+        call = Call(
+            args, dashdash, env, cwd if cwd is not None else posix.getcwd(), Say(out, warn, out_lines), stop
+        )
         code = cmd.run(call)
     except UsageError as e:
         warn(str(e))

@@ -142,6 +142,32 @@ class RootDirs:
         finally:
             os.close(root_fd)
 
+    def lstat_all(self, paths: list[str]) -> list[os.stat_result | None]:
+        """:meth:`lstat` of each of ``paths``, in their order: the root opened once and each parent folder
+        once (as open_dir finds it), every name looked up in its parent's descriptor."""
+        by_parent: dict[str, list[int]] = {}
+        for i, path in enumerate(paths):
+            by_parent.setdefault(path.rpartition("/")[0], []).append(i)
+        found: list[os.stat_result | None] = [None] * len(paths)
+        root_fd = self.open_root()
+        try:
+            for parent, indices in by_parent.items():
+                i = indices[0]
+                try:
+                    fd = self.open_dir(root_fd, parent) if parent else os.dup(root_fd)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                try:
+                    for i in indices:
+                        found[i] = fsops.lstat_at(fd, paths[i].rpartition("/")[2])
+                finally:
+                    os.close(fd)
+        except OSError as e:
+            raise FileError(self.full(paths[i]), e, op="stat") from None
+        finally:
+            os.close(root_fd)
+        return found
+
     def open_folder(self, path: str) -> int | None:
         """A descriptor of the directory at ``path`` (found as list_folders finds it); None when missing."""
         root_fd = self.open_root()

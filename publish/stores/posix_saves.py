@@ -35,8 +35,10 @@ if TYPE_CHECKING:
 
 #: A save that is one file is opened as the frameworks open it (a link followed), never waiting on a FIFO.
 _FILE_FLAGS = os.O_RDONLY | fsops.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-#: The bytes one read takes (one buffer per hashing thread).
-CHUNK = 8 * 1024 * 1024
+#: The bytes one read takes (one buffer per hashing thread).  1 MiB: larger buffers (8 MiB x 4 threads) fall
+#: out of the CPU's caches between the read and the hash and cost 1.1-1.5x the CPU of a plain hashlib loop
+#: (bench/verify_cpu.py, docs/perf-verify.md); 1 MiB is at that floor, with the threads' wall time kept.
+CHUNK = 1024 * 1024
 #: How many files are hashed at once.
 THREADS = 4
 #: The most files one save may hold (a manifest lists no more).

@@ -102,6 +102,8 @@ def collect(
     tombs = layout.parse_tombs(store.list_tombs(dl), store.location(TOMB))
     if not entries and not tombs:
         store.check_exists(dl)
+    ordered = sorted(entries, key=layout.Entry.key, reverse=True)
+    there = _holding(dl, store, [e.path for e in ordered])
     publications = [
         {
             "entry": e.name,
@@ -111,11 +113,11 @@ def collect(
             "step_decimal": str(e.step),
             "path": e.path,
             "location": store.location(e.path),
-            "exists": store.holds(dl, e.path),
+            "exists": held,
             "time": rfc3339(times[e.name]),  # when the entry was made: its file's mtime, its LastModified
             "age": round(max(now - times[e.name], 0.0), 3),  # seconds
         }
-        for e in sorted(entries, key=layout.Entry.key, reverse=True)
+        for e, held in zip(ordered, there)
     ]
     from publish.verbs import capacity
 
@@ -146,6 +148,8 @@ def collect(
         candidates = [(n, "folder") for n in folders] + [(n, "file") for n in files]
         for child, kind in sorted(candidates):
             path = f"{EXEC}/{attempt}/{child}"
+            if path in published:
+                continue  # a published save: neither a save to report nor a folder no entry names
             parts = path.split("/")
             if any("/".join(parts[:i]) in doomed for i in range(1, len(parts) + 1)):
                 continue
@@ -159,7 +163,7 @@ def collect(
                 matched = True
                 if only is None or name == only:
                     matches.append((name, step))
-            if matches and path not in published:
+            if matches:
                 framework, step, state, message = _verdict(dl, store, path, matches)
                 saves.append(
                     {
@@ -242,6 +246,15 @@ def _plan(
         "lines": lines,
         "refused": refused or None,
     }
+
+
+def _holding(dl: Deadline, store: Store, paths: list[str]) -> list[bool]:
+    """Whether something is at each of ``paths``: at once where the store can (POSIX: each parent folder
+    opened once), else one ``holds`` each."""
+    at_once = getattr(store, "holds_all", None)
+    if at_once is not None:
+        return list(at_once(dl, paths))
+    return [store.holds(dl, path) for path in paths]
 
 
 def _idle(
@@ -329,8 +342,7 @@ def status(
 
         say.out(json.dumps(doc, ensure_ascii=True))
         return
-    for line in text(doc):
-        say.out(line)
+    say.out_all(text(doc))
 
 
 def _fact(e: Failure) -> str:

@@ -1,0 +1,76 @@
+"""publish status on a POSIX root of many publications: what it opens and writes does not grow with each entry
+(issue 32: status opened and closed about three files per entry and wrote one line per write call)."""
+
+from __future__ import annotations
+
+import io
+import os
+import posix
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from publish import layout
+from publish.cli import main
+
+ODD = "exec/A/-x\nsave é"  # a newline, a leading dash, not ASCII
+
+
+def make_root(root: Path, count: int) -> list[str]:
+    """``count`` publications in one attempt, one of an odd name, one whose save was deleted behind its entry."""
+    paths = [f"exec/A/checkpoint-{step}" for step in range(1, count - 1)] + [ODD, "exec/B/gone"]
+    for step, path in enumerate(paths, 1):
+        if path != "exec/B/gone":
+            (root / path).mkdir(parents=True)
+        (root / "pub").mkdir(exist_ok=True)
+        (root / "pub" / layout.name(0, step, path)).touch()
+    return paths
+
+
+class Writes(io.StringIO):
+    calls = 0
+
+    def write(self, s: str) -> int:
+        self.calls += 1
+        return super().write(s)
+
+
+def run_status(root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int, str]:
+    """(files opened, writes to stdout, stdout) of one ``status`` in the process."""
+    opened = 0
+    real = posix.open
+
+    def counting(*args: Any, **kwargs: Any) -> int:
+        nonlocal opened
+        opened += 1
+        return real(*args, **kwargs)
+
+    out, err = Writes(), io.StringIO()
+    with monkeypatch.context() as m:
+        m.setattr(posix, "open", counting)
+        m.setattr(os, "open", counting)
+        code = main(["status", "-checkpoint", str(root)], {}, out, err)
+    assert code == 0, err.getvalue()
+    return opened, out.calls, out.getvalue()
+
+
+def test_status_opens_and_writes_do_not_grow_with_the_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32, status: 10 and 200 publications in one attempt cost status the same opens, and the 200 lines
+    of publications are not written one at a time; the answer says of each whether its save exists (the
+    one deleted behind its entry MISSING, the one with a newline in its name shown on one line)."""
+    small, large = tmp_path / "small", tmp_path / "large"
+    make_root(small, 10)
+    paths = make_root(large, 200)
+    opened_small, _, _ = run_status(small, monkeypatch)
+    opened_large, writes, out = run_status(large, monkeypatch)
+    assert opened_large == opened_small  # three a publication before: 570 more
+    assert writes < 20  # one per line before: over 200
+    lines = out.splitlines()
+    pubs = [line for line in lines if line.startswith("  epoch 0 step ")]
+    assert len(pubs) == len(paths)
+    assert pubs[0] == f"  epoch 0 step 200 {large}/exec/B/gone (MISSING)"
+    assert pubs[1] == f'  epoch 0 step 199 "{large}/exec/A/-x\\nsave é" (exists)'
+    assert all(line.endswith("(exists)") for line in pubs[1:])
