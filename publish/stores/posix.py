@@ -25,6 +25,7 @@ from publish.stores.posix_root import RootDirs, entry_kind
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
+    from publish.errors import PublishError
     from publish.stores.base import LastChange, Removal, Upload
     from publish.stores.posix_files import PosixFiles
     from publish.stores.posix_writes import PosixWrites
@@ -214,6 +215,13 @@ class PosixStore:
 
     def read_manifest(self, dl: Deadline, entry: str, limit: int) -> bytes | None:
         return self._writes.read_manifest(dl, entry, limit)
+
+    def read_manifests(
+        self, dl: Deadline, entries: list[str], limit: int
+    ) -> dict[str, bytes | None | PublishError]:
+        """read_manifest of many entries, man/ opened once (not in the Store protocol: status asks if the
+        store has it, as for holds_all)."""
+        return self._writes.read_manifests(dl, entries, limit)
 
     def list_manifests(self, dl: Deadline) -> list[str]:
         return self._writes.list_manifests(dl)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import posix as os  # os's functions themselves (os.open is posix.open): importing os costs a sixth of a bare start
 import stat
 
-from publish.errors import Failure, FileError
+from publish.errors import Failure, FileError, PublishError
 from publish.files import fsops, walks
 from publish.layout import EXEC, MAN, POSIX_NAME_MAX, PUB, TOMB
 from publish.redact import shown
@@ -325,6 +325,33 @@ class PosixWrites:
         if fd is None:
             return None
         try:
+            return self._read_in(fd, name, where, limit)
+        finally:
+            os.close(fd)
+
+    def read_manifests(
+        self, dl: Deadline, entries: list[str], limit: int
+    ) -> dict[str, bytes | None | PublishError]:
+        """Each of ``entries``' manifest (None: it has none), man/ opened once for all of them (status reads
+        one per publication); a manifest that cannot be read is its error, in place of its bytes."""
+        got: dict[str, bytes | None | PublishError] = {}
+        fd = self._top(MAN)
+        if fd is None:
+            return dict.fromkeys(entries)
+        try:
+            for entry in entries:
+                name = self._manifest_name(entry)
+                try:
+                    got[entry] = self._read_in(fd, name, shown(f"{self._dirs.full(MAN)}/{name}"), limit)
+                except PublishError as e:
+                    got[entry] = e
+        finally:
+            os.close(fd)
+        return got
+
+    def _read_in(self, fd: int, name: str, where: str, limit: int) -> bytes | None:
+        """The manifest ``name`` in man/ (``fd``), read with a limit; None when it is not there."""
+        try:
             try:
                 f = os.open(name, MARKER_FLAGS, dir_fd=fd)  # a link or a FIFO is refused, never followed
             except FileNotFoundError:
@@ -350,8 +377,6 @@ class PosixWrites:
             return data
         except OSError as e:
             raise FileError(where, e) from None
-        finally:
-            os.close(fd)
 
     def list_manifests(self, dl: Deadline) -> list[str]:
         fd = self._top(MAN)

@@ -34,15 +34,26 @@ class Size:
         self.why = why
 
 
-def save_size(dl: Deadline, store: Store, entry: layout.Entry) -> Size:
+#: save_size's ``read`` when the manifest was not read beforehand.
+_UNREAD = object()
+
+
+def save_size(dl: Deadline, store: Store, entry: layout.Entry, read: object = _UNREAD) -> Size:
     """The bytes of ``entry``'s save, which exists: its manifest's sum, else the files' own sizes.  The
     store failing (a refusal, the -timeout passing) is raised; a save the store cannot measure (a link
-    inside it, a file that cannot be examined) is a Size of None, with why."""
+    inside it, a file that cannot be examined) is a Size of None, with why.  ``read``: what reading its
+    manifest gave already (bytes, None, or the error), else (``_UNREAD``) it is read here."""
     from publish import manifest
 
     where = store.location(f"{layout.MAN}/{entry.name}")
     try:
-        data = store.read_manifest(dl, entry.name, manifest.MANIFEST_LIMIT)
+        if read is _UNREAD:
+            data = store.read_manifest(dl, entry.name, manifest.MANIFEST_LIMIT)
+        elif isinstance(read, Exception):
+            raise read
+        else:
+            assert read is None or isinstance(read, bytes)
+            data = read
         if data is not None:
             rows = manifest.decode(entry.name, data, where)
             return Size(sum(size for _, size, _ in rows), "manifest")
@@ -87,10 +98,17 @@ def measure(dl: Deadline, store: Store, publications: list[dict[str, Any]]) -> d
     """Add ``bytes``, ``bytes_from`` and ``bytes_error`` to each of status's ``publications`` (null for a
     save that is gone); the sizes by entry name, for the prune plan's -keep-bytes."""
     found: dict[str, Size] = {}
+    at_once = getattr(store, "read_manifests", None)  # POSIX: man/ opened once for every manifest
+    read: dict[str, object] = {}
+    if at_once is not None:
+        from publish import manifest
+
+        read = at_once(dl, [p["entry"] for p in publications if p["exists"]], manifest.MANIFEST_LIMIT)
     for p in publications:
         size = Size(None, "")
         if p["exists"]:
-            size = found[p["entry"]] = save_size(dl, store, layout.parse(p["entry"]))
+            entry = layout.parse(p["entry"])
+            size = found[p["entry"]] = save_size(dl, store, entry, read.get(p["entry"], _UNREAD))
         p["bytes"] = size.bytes
         p["bytes_from"] = size.source or None
         p["bytes_error"] = size.why or None
