@@ -4,6 +4,7 @@ memory: a loopback server that signs nothing answers LIST, GET and DeleteObjects
 from __future__ import annotations
 
 import http.server
+import re
 import threading
 import time
 import uuid
@@ -264,14 +265,24 @@ def test_prune_deletes_nothing_when_a_list_holds_a_key_outside_its_prefix(
 def test_prune_deletes_no_object_of_a_folder_whose_listing_holds_a_key_outside_it(
     hostile: Callable[[Reply], tuple[Hostile, str]], tmp_path: Path
 ) -> None:
+    deleted: set[str] = set()
+
     def reply(h: Handler, req: Request) -> None:
         if req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/pub/":
-            h.answer(200, listing([f"{PREFIX}/pub/{entry(1)}", f"{PREFIX}/pub/{entry(2)}"]))
+            names = [f"{PREFIX}/pub/{entry(1)}", f"{PREFIX}/pub/{entry(2)}"]
+            h.answer(200, listing([n for n in names if n not in deleted]))
         elif req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/tomb/":
             h.answer(200, listing([]))  # no prune was interrupted here
-        elif req.kind == "LIST":  # the old folder's listing strays into its sibling
+        elif req.kind == "LIST" and req.query.get("max-keys") == "1":  # does a save exist: an honest answer
+            h.answer(200, listing([req.query["prefix"] + "w"]))
+        elif req.kind == "LIST" and req.query["prefix"].startswith(f"{PREFIX}/exec/"):
+            # the old folder's listing strays into its sibling
             h.answer(200, listing([f"{PREFIX}/exec/A/checkpoint-1/w", f"{PREFIX}/exec/A/checkpoint-2/w"]))
+        elif req.kind == "LIST":
+            h.answer(200, listing([]))
         else:
+            if req.kind == "DELETE_OBJECTS":
+                deleted.update(re.findall(r"<Key>([^<]*)</Key>", req.body.decode()))
             h.answer(200, DELETED)
 
     srv, url = hostile(reply)
@@ -589,12 +600,21 @@ def uploads_page(
     return "".join(parts).encode()
 
 
+#: The save of ``entry(1)``.
+SAVE_1 = f"{PREFIX}/exec/A/checkpoint-1"
+
+
 def orphan_root(uploads: Callable[[Request], bytes]) -> Reply:
-    """A root with one entry, no tombstone, nothing in exec/, whose uploads answer as ``uploads`` says."""
+    """A root with one entry whose save exists, no tombstone, no leftover in exec/, whose uploads answer as
+    ``uploads`` says."""
 
     def reply(h: Handler, req: Request) -> None:
         if req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/pub/":
             h.answer(200, listing([f"{PREFIX}/pub/{entry(1)}"]))
+        elif (
+            req.kind == "LIST" and req.query.get("max-keys") == "1" and req.query["prefix"].startswith(SAVE_1)
+        ):
+            h.answer(200, listing([f"{SAVE_1}/w"]))  # the entry's save exists (prune asks, as resolve does)
         elif req.kind == "LIST":
             h.answer(200, listing([]))
         elif req.method == "GET" and "uploads" in req.query:
@@ -667,6 +687,10 @@ def test_prune_orphans_leaves_a_folder_whose_path_no_tombstone_can_name(
             h.answer(200, listing([f"{PREFIX}/pub/{entry(1)}"]))
         elif req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/exec/" and req.query.get("delimiter"):
             h.answer(200, listing(prefixes=[f"{PREFIX}/exec/../", f"{PREFIX}/exec/./"]))
+        elif (
+            req.kind == "LIST" and req.query.get("max-keys") == "1" and req.query["prefix"].startswith(SAVE_1)
+        ):
+            h.answer(200, listing([f"{SAVE_1}/w"]))  # the entry's save exists
         elif req.kind == "LIST":
             h.answer(200, listing([]))
         elif req.method == "GET" and "uploads" in req.query:
