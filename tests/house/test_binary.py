@@ -421,6 +421,7 @@ def test_lazy_members_are_unpacked_on_first_import(binary: Path, tmp_path: Path)
 
 
 @pytest.mark.interpreter_form
+@pytest.mark.serial  # the space it leaves is measured to the MiB: alone, nothing else writes meanwhile
 def test_a_full_disk_when_a_packed_member_is_first_needed_says_what_and_where(
     binary: Path, as_root: None, tmp_path: Path
 ) -> None:
