@@ -76,8 +76,13 @@ SERVER_FIXTURES = {
 # something (Go's gourl, the one files of tests/house).  (--dist loadgroup would be finer, but pytest-xdist
 # 3.8 cannot set its group suffix on pytest 9's node ids: every test then runs where it lands.)  Tests whose
 # signals and terminals are timed against a child get the marker `serial`: ./test runs them after the
-# parallel pass, alone.
-SERIAL_MODULES = {"tests/test_signal_stop.py", "tests/verbs/test_run_tty.py"}
+# parallel pass, alone; so do the real DeepSpeed pipeline and MoE writers (two ranks each, two stages of
+# four experts on gloo), which beside two other workers once took more than their 300 s.
+SERIAL_MODULES = {
+    "tests/test_signal_stop.py",
+    "tests/verbs/test_run_tty.py",
+    "tests/frameworks/test_deepspeed_layers.py",
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
