@@ -70,7 +70,7 @@ def test_prune_status_and_dry_run_quote_it(tmp_path: Path) -> None:
     assert dry.code == 0 and f"would remove {want}\n" in dry.out, dry
     status = run_cli("status", "-checkpoint", str(tmp_path), "-keep", "1")
     assert status.code == 0, status
-    assert f"  epoch 0 step 1 {want} (exists)\n" in status.out
+    assert f"  epoch 0 step 1 {want} (exists), " in status.out  # then its size
     assert f"  would remove {want}\n" in status.out
     pruned = run_cli("prune", "-checkpoint", str(tmp_path), "-keep", "1")
     assert pruned.code == 0 and pruned.out == f"removed {want}\n", pruned

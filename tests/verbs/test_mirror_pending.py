@@ -21,8 +21,9 @@ from tests.support.trainer_saves import hf_save
 
 pytestmark = pytest.mark.s3
 
-#: Another node's attempt, whose saves a prefix lifecycle rule (or a hand) deleted on the mirror.
-LOST = "-b\n%2F+"
+#: Another node's attempt, whose saves a prefix lifecycle rule (or a hand) deleted on the mirror (a leading
+#: dash, a space, an escape's look and a plus; an attempt holds no control character).
+LOST = "-b %2F+"
 
 
 class Tiers:
