@@ -61,6 +61,7 @@ class Tiers:
         self.keep = keep
         self.stale = stale
         self.busy: set[str] = set()  # the entries being uploaded now
+        self.failing: set[str] = set()  # the entries whose last upload failed (a damaged save, a link...)
         self.noted: set[str] = set()  # what was said once
         self.aborted_stale = False  # the stale multipart uploads were looked for
         self.failed = False  # an upload failed (said on stderr)
@@ -84,7 +85,7 @@ class Tiers:
 
         fast, mirror = Saves(dl, self.fast, fast_known), Saves(dl, self.mirror, mirror_known)
         try:
-            return pending_of(entries, on_mirror, self.mirror, self.keep, fast, mirror)
+            return pending_of(entries, on_mirror, self.mirror, self.keep, fast, mirror, self.keep_bytes)
         finally:
             self.known = mirror.known
 
@@ -113,6 +114,7 @@ class Tiers:
                     self.keep,
                     Saves(dl, self.fast),
                     lambda p: known.get(p, True),
+                    self.keep_bytes,
                 )
             )
         except (PublishError, OSError):  # the root too: what is left is not known
@@ -125,7 +127,9 @@ class Tiers:
 
         busy = set(self.busy)
         held = Saves(dl, self.fast), Saves(dl, self.mirror)
-        return pending_names(dl, entries, self.mirror, self.keep, *held) | busy
+        failing = set(self.failing)  # not on the mirror after this run: no older save makes room for them
+        pending = pending_names(dl, entries, self.mirror, self.keep, *held, self.keep_bytes, failing)
+        return pending | busy
 
     # -- moving saves
 
@@ -148,8 +152,10 @@ class Tiers:
             try:
                 if self.upload(entry, until):
                     done += 1
+                self.failing.discard(entry.name)
             except PublishError as e:
                 self.failed = True
+                self.failing.add(entry.name)
                 self._once(f"{e}: not mirrored (tried again on the next pass)")
         if (done or last) and self.keep is not None:
             from publish.verbs.prune import mirror_policy, prune

@@ -540,7 +540,7 @@ class Prune(common.Command):
             prune(dl, mirror, call.say, mirror_policy(mirror_keep, mirror_bytes), dry_run=self.dry_run.value)
         # As run -keep: a save not yet on the mirror stays (the mirror's pub/ read after the root's).
         policy.protect = lambda dl, entries: pending_names(
-            dl, entries, mirror, mirror_keep, Saves(dl, store), Saves(dl, mirror)
+            dl, entries, mirror, mirror_keep, Saves(dl, store), Saves(dl, mirror), mirror_bytes
         )
         prune(dl, store, call.say, policy, dry_run=self.dry_run.value)
         return 0

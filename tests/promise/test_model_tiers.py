@@ -262,7 +262,10 @@ class TiersModel(RuleBasedStateMachine):
             assert parts(n)[2] in real, f"-keep {keep} removed {parts(n)[2]}, one of the newest that existed"
         if mirrored:
             for n in existing:
+                # the saves the mirror would keep before this one: those on it, and those of the fast root
+                # still to go there (a save -mirror-keep would prune at once is not kept from -keep)
                 newer = [m for m in self.mirror if key(m)[:2] > key(n)[:2]]
+                newer += [m for m in existing if m not in self.mirror and key(m)[:2] > key(n)[:2]]
                 if n not in self.mirror and (mirror_keep is None or len(newer) < mirror_keep):
                     assert parts(n)[2] in real, f"{parts(n)[2]}, not on the mirror, was removed"
         pub = self.t.fast_names("pub")

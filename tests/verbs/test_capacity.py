@@ -358,6 +358,54 @@ def test_s3_status_sizes_and_keep_bytes(s3_server: S3Server, tmp_path: Path) -> 
 
 
 @pytest.mark.s3
+def test_s3_run_metrics_export_sizes_and_no_free_space(s3_server: S3Server, tmp_path: Path) -> None:
+    """-metrics on an S3 root: each publication's bytes (from its manifest) and their sum; an S3 root has no
+    filesystem, so neither free nor total bytes is written (no gauge rather than a made-up value)."""
+    root = Root(s3_server, tmp_path)
+    made = {s: s3_save(root, s, s * 1000) for s in (1, 2)}
+    prom = tmp_path / "publish.prom"
+    r = root.run(
+        "run", "-framework", "dcp", "-attempt", "a", "-epoch", "0", "-metrics", str(prom), "--", "true"
+    )
+    assert r.code == 0, r
+    got = _samples(prom)
+    entries = {name: size for _, size, name in made.values()}
+    assert {e: v for (n, e), v in got.items() if n == "publish_save_bytes"} == entries
+    assert got[("publish_publications_bytes", "")] == sum(entries.values())
+    assert not {n for n, _ in got if n in ("publish_root_free_bytes", "publish_root_size_bytes")}
+
+
+@pytest.mark.s3
+def test_run_mirror_keep_bytes_caps_the_mirror_after_its_uploads(weed: Weed, tmp_path: Path) -> None:
+    """run -mirror URL -mirror-keep M -mirror-keep-bytes SIZE, end to end: the mirror keeps the newest saves
+    that fit in SIZE, the fast root its own -keep, and the save the cap leaves off the mirror is not pending:
+    run exits 0, and the next run uploads nothing again.  On the code before, pending did not know the cap:
+    that save was uploaded, pruned from the mirror at once, counted "not mirrored" (exit 1, so a job FAILED
+    each time) and uploaded again by every run."""
+    fast = tmp_path / "fast"
+    assert run_cli("init", "-checkpoint", str(fast)).code == 0
+    sizes = {s: save(fast / "exec" / "A", s, 1000)[1] for s in (1, 2, 3)}
+    mirror = Root(weed, tmp_path, init=False)
+    cap = sizes[2] + sizes[3]
+    r = run_cli(
+        "run", "-checkpoint", str(fast), "-mirror", mirror.url, "-creds", mirror.creds, "-framework", "hf",
+        "-attempt", "A", "-epoch", "0", "-keep", "3", "-mirror-keep", "3", "-mirror-keep-bytes", str(cap),
+        "--", "true",
+    )  # fmt: skip
+    assert r.code == 0, (r.out, r.err)
+    assert sorted(layout.parse(e).step for e in mirror.entries()) == [2, 3]
+    assert not mirror.keys("exec/A/checkpoint-1/") and mirror.keys("exec/A/checkpoint-2/")
+    assert sorted(layout.parse(n).step for n in os.listdir(fast / "pub")) == [1, 2, 3]
+    again = run_cli(
+        "run", "-checkpoint", str(fast), "-mirror", mirror.url, "-creds", mirror.creds, "-framework", "hf",
+        "-attempt", "B", "-epoch", "1", "-keep", "3", "-mirror-keep", "3", "-mirror-keep-bytes", str(cap),
+        "--", "true",
+    )  # fmt: skip
+    assert (again.code, again.out) == (0, ""), (again.out, again.err)
+    assert not mirror.keys("exec/A/checkpoint-1/")
+
+
+@pytest.mark.s3
 def test_keep_bytes_never_removes_a_save_not_yet_mirrored(weed: Weed, tmp_path: Path) -> None:
     """prune -mirror -keep-bytes: the saves the mirror has no entry for stay, however little the cap
     allows; the mirrored one goes.  Their bytes count: the older mirrored save is over the cap."""
