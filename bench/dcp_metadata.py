@@ -29,9 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from publish.deadline import Deadline  # noqa: E402
-from publish.errors import Failure  # noqa: E402
 from publish.frameworks.parse import dcp_metadata  # noqa: E402
+from publish.rules.deadline import Deadline  # noqa: E402
+from publish.rules.errors import Failure  # noqa: E402
 
 BEGIN, END = "<!-- bench/dcp_metadata.py: begin -->", "<!-- bench/dcp_metadata.py: end -->"
 TARGET = 1.1

@@ -41,8 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from publish.deadline import Deadline  # noqa: E402
 from publish.frameworks import FRAMEWORKS  # noqa: E402
+from publish.rules.deadline import Deadline  # noqa: E402
 from publish.stores.posix import PosixStore  # noqa: E402
 from tests.support import deepspeed_saves as ds  # noqa: E402
 from tests.support import megatron_saves as mg  # noqa: E402

@@ -144,8 +144,8 @@ def run_measured(argv: list[str], env: dict[str, str], server_pid: int) -> dict[
 
 def child_publish(args: argparse.Namespace) -> int:
     """The publish uploader, in a process of its own so it is measured as the others are."""
-    from publish.credentials import Credentials
-    from publish.deadline import Deadline
+    from publish.rules.credentials import Credentials
+    from publish.rules.deadline import Deadline
     from publish.stores.posix import PosixStore
     from publish.stores.s3 import S3Store
     from publish.stores.transfer import upload_save

@@ -41,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from publish import layout  # noqa: E402
+from publish.rules import layout  # noqa: E402
 from tests.support.reference_plan import quadratic_plan  # noqa: E402
 
 PY = sys.executable
@@ -221,7 +221,7 @@ def plan_entries(n: int) -> list[layout.Entry]:
 
 def plan_times(n: int, runs: int, quadratic: bool) -> dict[str, float]:
     """Median seconds of the plan (keep 3 and keep n/2) and of sorting the same entries, runs interleaved."""
-    from publish.verbs.prune import plan
+    from publish.ops.retention import plan
 
     entries = plan_entries(n)
     fns = {

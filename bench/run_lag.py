@@ -43,7 +43,7 @@ from typing import Callable, TypeVar
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from publish import layout  # noqa: E402
+from publish.rules import layout  # noqa: E402
 
 EXIT_AFTER = "import os, time; time.sleep(0.2); os.write(1, b'%d\\n' % time.monotonic_ns()); os._exit(0)"
 ON_TERM = (

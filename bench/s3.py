@@ -35,8 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from publish import layout  # noqa: E402
-from publish.deadline import Deadline  # noqa: E402
+from publish.rules import layout  # noqa: E402
+from publish.rules.deadline import Deadline  # noqa: E402
 from publish.stores.s3 import S3Store  # noqa: E402
 from tests.support.servers import Weed  # noqa: E402
 

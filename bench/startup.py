@@ -39,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from publish import layout  # noqa: E402
+from publish.rules import layout  # noqa: E402
 
 
 def make_root(base: Path, entries: int = 100) -> Path:

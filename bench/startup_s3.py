@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from publish import layout  # noqa: E402
+from publish.rules import layout  # noqa: E402
 from tests.support.netfixtures import TestCA, TLSFront  # noqa: E402
 from tests.support.servers import Weed  # noqa: E402
 

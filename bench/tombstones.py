@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from publish import layout  # noqa: E402
+from publish.rules import layout  # noqa: E402
 
 BASELINE = "68f0055"  # main before tombstones were made with one fsync and dropped a batch at a time
 

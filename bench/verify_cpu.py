@@ -53,7 +53,7 @@ from publish.stores import posix_saves
 posix_saves.CHUNK = int(sys.argv[1]) << 20
 posix_saves.THREADS = int(sys.argv[2])
 if sys.argv[3] == "rows":
-    from publish.deadline import Deadline
+    from publish.rules.deadline import Deadline
     from publish.stores.posix_root import RootDirs
     rows = posix_saves.save_rows(RootDirs(sys.argv[4]), Deadline(None), sys.argv[5])
     assert all(r[2] for r in rows)

@@ -79,7 +79,7 @@ SERVER_FIXTURES = {
 # parallel pass, alone; so do the real DeepSpeed pipeline and MoE writers (two ranks each, two stages of
 # four experts on gloo), which beside two other workers once took more than their 300 s.
 SERIAL_MODULES = {
-    "tests/test_signal_stop.py",
+    "tests/ops/test_signal_stop.py",
     "tests/verbs/test_run_tty.py",
     "tests/frameworks/test_deepspeed_layers.py",
 }
@@ -225,7 +225,7 @@ class Watch(Lines):
 def _fresh_secrets() -> Iterator[None]:
     """Each test starts with no credential registered for scrubbing, as each run of the command does: the
     registry lives as long as the process, and an earlier test's short secret must not blank later messages."""
-    from publish import redact
+    from publish.rules import redact
 
     live = [(v.values, v.windows, v.short) for v in (redact._credentials, redact._cut)]
     saved = [tuple(set(s) for s in sets) for sets in live]

@@ -241,7 +241,7 @@ def hot_modules(repo: Path) -> set[str]:
     import tempfile
 
     sys.path.insert(0, str(repo))
-    from publish import layout
+    from publish.rules import layout
 
     del sys.path[0]
     found: set[str] = set()

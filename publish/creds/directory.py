@@ -14,15 +14,15 @@ import os
 import stat
 
 from publish.creds.fields import FIELDS, NotAnswering, credentials_from_fields
-from publish.errors import CredentialsError
-from publish.files.fileio import read_at_most
-from publish.redact import shown
+from publish.rules.errors import CredentialsError
+from publish.rules.files.fileio import read_at_most
+from publish.rules.redact import shown
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from publish.credentials import Credentials
+    from publish.rules.credentials import Credentials
 
 # A session token is a few KiB at most; anything much larger is not a credential file.
 MAX_FILE = 64 * 1024

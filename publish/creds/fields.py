@@ -1,17 +1,17 @@
 """What every kind of source shares: the fields, their checks, and the two ways a source can fail.
 
 A source either answers (credentials), does not answer (:class:`NotAnswering`: its location is absent from
-this node, so the next source is tried), or is refused (:class:`~publish.errors.CredentialsError`: it is
+this node, so the next source is tried), or is refused (:class:`~publish.rules.errors.CredentialsError`: it is
 present but wrong, and the run stops).  Below the kinds (directory, vault) and the list (sources).
 """
 
 from __future__ import annotations
 
-from publish import redact
-from publish.credentials import Credentials
-from publish.errors import CredentialsError
-from publish.redact import quoted
-from publish.urls import netloc, parse_endpoint
+from publish.rules import redact
+from publish.rules.credentials import Credentials
+from publish.rules.errors import CredentialsError
+from publish.rules.redact import quoted
+from publish.rules.urls import netloc, parse_endpoint
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from publish.redact import quoted, register_userinfo
-from publish.urls import parse_proxy, split_host_port
+from publish.rules.redact import quoted, register_userinfo
+from publish.rules.urls import parse_proxy, split_host_port
 
 DEFAULT_JWT = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 KEYS = ("auth", "role", "approle", "jwt", "authmount", "mount", "kv", "namespace", "ca", "proxy")

@@ -1,7 +1,7 @@
 """Parse a ``-creds`` list and resolve it: the first source that answers gives the credentials.
 
 A source either answers (credentials), does not answer (:class:`NotAnswering`: its location is absent from
-this node, so the next source is tried), or is refused (:class:`~publish.errors.CredentialsError`: it is
+this node, so the next source is tried), or is refused (:class:`~publish.rules.errors.CredentialsError`: it is
 present but wrong, and the run stops).  Messages name the source by its text with any URL password removed,
 and never hold a secret value.
 """
@@ -13,15 +13,15 @@ import time
 
 from publish.creds.directory import DirectorySource
 from publish.creds.fields import NotAnswering, Source
-from publish.errors import CredentialsError
-from publish.redact import cut_pieces, echo, quoted, register_userinfo
-from publish.redact import shown as shown_as
+from publish.rules.errors import CredentialsError
+from publish.rules.redact import cut_pieces, echo, quoted, register_userinfo
+from publish.rules.redact import shown as shown_as
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from publish.credentials import Credentials
+    from publish.rules.credentials import Credentials
 
 KINDS = ("secret", "file", "vault")
 

@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from publish import redact as _redact
-from publish.credentials import Credentials
 from publish.creds.fields import FIELDS, NotAnswering, credentials_from_fields
 from publish.creds.location import Location, parse_location
 from publish.creds.vaultenv import check_vault_env
-from publish.errors import CredentialsError
-from publish.files.fileio import read_at_most
+from publish.rules import redact as _redact
+from publish.rules.credentials import Credentials
+from publish.rules.errors import CredentialsError
+from publish.rules.files.fileio import read_at_most
 
 if TYPE_CHECKING:
     from publish.http.net import Connector, Response

@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from publish.go.gocompat import parse_duration_ns, parse_go_bool
+from publish.rules.go.gocompat import parse_duration_ns, parse_go_bool
 
 # strconv.ParseInt and ParseFloat accept a sign, which gocompat.parse_decimal (flag values) refuses.
 _GO_INT = re.compile(r"[+-]?[0-9]+\Z")
@@ -42,7 +42,7 @@ def _is_go_duration(text: str) -> bool:
 #     Go 1.26 applied it to every scheme, Go 1.27 to http and https only);
 #   - a group of an IPv6 address holds at most four hex digits, leading zeros counted (Go 1.19 read
 #     00000001 as 1; Go 1.27 refuses it).
-# Deliberately looser than publish.urls (which checks the URLs publish connects to): these variables are
+# Deliberately looser than publish.rules.urls (which checks the URLs publish connects to): these variables are
 # never used, only refused when the reference client would refuse them.  Go works on bytes; a value from
 # the environment is the str that os.environ decoded with surrogateescape, encoded back here.  Every pass
 # below is a scan or a regular expression without nested repeats: linear in the length of the value.

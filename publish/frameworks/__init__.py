@@ -12,14 +12,14 @@ them imports none.
 
 from __future__ import annotations
 
-from publish.layout import LIMIT
+from publish.rules.layout import LIMIT
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from types import ModuleType
     from typing import Callable
 
-    from publish.deadline import Deadline
+    from publish.rules.deadline import Deadline
     from publish.stores.base import Store
 
 

@@ -11,13 +11,13 @@ published by its marker, and watch says so once.
 
 from __future__ import annotations
 
-from publish.redact import shown
+from publish.rules.redact import shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
-    from publish.deadline import Deadline
+    from publish.rules.deadline import Deadline
     from publish.stores.base import Store
 
 KIND = "folders"

@@ -17,14 +17,14 @@ between two scans is published too.
 
 from __future__ import annotations
 
-from publish import layout
+from publish.rules import layout
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
-    from publish.deadline import Deadline
     from publish.frameworks.parse.deepspeed_states import Layout
+    from publish.rules.deadline import Deadline
     from publish.stores.base import Store
 
 KIND = "folders"
@@ -67,9 +67,9 @@ def _latest_step(dl: Deadline, store: Store, saves: str) -> int | None:
 
 
 def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
-    from publish.errors import Failure, StoreError
     from publish.frameworks.parse import deepspeed_states, ziptail
-    from publish.redact import shown
+    from publish.rules.errors import Failure, StoreError
+    from publish.rules.redact import shown
 
     saves = path.rpartition("/")[0]
     latest = _latest_step(dl, store, saves)

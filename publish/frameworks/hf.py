@@ -9,14 +9,14 @@ then the one other record of what the save must hold.
 
 from __future__ import annotations
 
-from publish import layout
-from publish.errors import Failure
+from publish.rules import layout
+from publish.rules.errors import Failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
-    from publish.deadline import Deadline
+    from publish.rules.deadline import Deadline
     from publish.stores.base import Store
 
 KIND = "folders"
@@ -48,7 +48,7 @@ def complete(
     dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None], world_size: int = 0
 ) -> bool:
     from publish.frameworks.parse import trainer_state
-    from publish.redact import shown
+    from publish.rules.redact import shown
 
     where = shown(store.location(path + "/trainer_state.json"))
     data = store.read(dl, path + "/trainer_state.json", STATE_LIMIT)
@@ -75,7 +75,7 @@ def complete(
 def _shards_present(dl: Deadline, store: Store, path: str, index: str) -> bool:
     """True when the shard index ``index`` is absent, or every shard it names is there."""
     from publish.frameworks.parse import trainer_state
-    from publish.redact import shown
+    from publish.rules.redact import shown
 
     where = shown(store.location(f"{path}/{index}"))
     data = store.read(dl, f"{path}/{index}", INDEX_LIMIT)

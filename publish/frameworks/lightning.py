@@ -9,13 +9,13 @@ its end.
 
 from __future__ import annotations
 
-from publish import layout
+from publish.rules import layout
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
-    from publish.deadline import Deadline
+    from publish.rules.deadline import Deadline
     from publish.stores.base import Store
 
 KIND = "files"

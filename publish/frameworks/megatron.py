@@ -28,13 +28,13 @@ says the save was finished where it was written; each format's own files say whe
 
 from __future__ import annotations
 
-from publish import layout
+from publish.rules import layout
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
-    from publish.deadline import Deadline
+    from publish.rules.deadline import Deadline
     from publish.stores.base import Store
 
 KIND = "folders"
@@ -97,7 +97,7 @@ def torch_dist(
     if backend is None:
         return False  # cut off while rank 0 writes it, or not there yet
     if backend != "torch_dist":
-        from publish.redact import quoted, shown
+        from publish.rules.redact import quoted, shown
 
         note(
             f"{shown(store.location(f'{path}/{CONFIG}'))} names the sharded backend {quoted(backend)}, not "
@@ -133,9 +133,9 @@ def _reader(dl: Deadline, store: Store, path: str) -> Callable[[int, int], bytes
 def _legacy(
     dl: Deadline, store: Store, path: str, sizes: dict[str, int], note: Callable[[str], None]
 ) -> bool:
-    from publish.errors import Failure, StoreError
     from publish.frameworks.parse import megatron_args, ziptail
-    from publish.redact import shown
+    from publish.rules.errors import Failure, StoreError
+    from publish.rules.redact import shown
 
     first = next(
         (

@@ -20,13 +20,13 @@ weights' copy) are not saves of their own.
 
 from __future__ import annotations
 
-from publish import layout
+from publish.rules import layout
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
-    from publish.deadline import Deadline
+    from publish.rules.deadline import Deadline
     from publish.stores.base import Store
 
 KIND = "folders"
@@ -63,8 +63,8 @@ def step_of(name: str) -> str:
 
 
 def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
-    from publish.errors import Failure, StoreError
     from publish.frameworks import megatron
+    from publish.rules.errors import Failure, StoreError
 
     try:
         if store.exists(dl, path + UNFINISHED):

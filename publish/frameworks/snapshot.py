@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from publish import snapshot_name
+from publish.rules import snapshot_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
-    from publish.deadline import Deadline
+    from publish.rules.deadline import Deadline
     from publish.stores.base import Store
 
 KIND = "folders"
@@ -26,7 +26,7 @@ READ_FACTOR = 64
 
 def complete(dl: Deadline, store: Store, path: str, step: int, note: Callable[[str], None]) -> bool:
     # The format's rules, not the library: publish.snapshots imports torch's neighbours (threading, uuid, ...)
-    from publish import snapshot_format as fmt
+    from publish.rules import snapshot_format as fmt
 
     ready = store.read(dl, f"{path}/{fmt.READY}", READ_FACTOR * fmt.READY_LIMIT)
     if ready is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import _socket
 import _thread
 
-from publish.http.neterrors import Unreachable
+from publish.rules.neterrors import Unreachable
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:

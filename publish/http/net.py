@@ -13,7 +13,10 @@ import os
 import time
 
 from publish.http import http1
-from publish.http.neterrors import (
+from publish.http.streams import SockStream, TLSStream
+from publish.http.trust import Trust, find_trust
+from publish.http.trustcache import lazy
+from publish.rules.neterrors import (
     Dropped,
     NetError,
     ProxyRefused,
@@ -24,12 +27,9 @@ from publish.http.neterrors import (
     Unreachable,
     Untrusted,
 )
-from publish.http.neterrors import reason as _reason
-from publish.http.streams import SockStream, TLSStream
-from publish.http.trust import Trust, find_trust
-from publish.http.trustcache import lazy
-from publish.redact import foreign, shown
-from publish.urls import netloc, parse_endpoint, parse_proxy
+from publish.rules.neterrors import reason as _reason
+from publish.rules.redact import foreign, shown
+from publish.rules.urls import netloc, parse_endpoint, parse_proxy
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:

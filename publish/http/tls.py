@@ -53,7 +53,7 @@ def client_context() -> Context:
 
 
 def _name(hostname: str) -> str:
-    # ASCII only (publish.urls checked it); _ssl sets it as SNI and as the name the certificate must match.
+    # ASCII only (publish.rules.urls checked it); _ssl sets it as SNI and as the name the certificate must match.
     # ssl would run it through the idna codec, whose import brings stringprep and unicodedata.
     hostname.encode("ascii")
     return hostname.rstrip(".")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from publish.files.fileio import read_regular
-from publish.http.neterrors import TrustNotFound, reason
+from publish.rules.files.fileio import read_regular
+from publish.rules.neterrors import TrustNotFound, reason
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:

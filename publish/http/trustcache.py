@@ -4,7 +4,7 @@ The bundle is a CA file, or the PEM text gathered from the files of ``SSL_CERT_D
 
 A bundle file of some 150 certificates costs OpenSSL about 50 ms of CPU to parse on every start, more than an
 S3 ``resolve`` costs otherwise.  The same certificates, one per file and named by subject hash
-(publish.http.caname), are read only when a chain needs one.  The copy lives in the one-file build's cache
+(publish.rules.caname), are read only when a chain needs one.  The copy lives in the one-file build's cache
 directory, ``$PUBLISH_CACHE_DIR`` (``off``: none), else ``$XDG_CACHE_HOME/publish``, else
 ``$HOME/.cache/publish``, as ``ca-`` and the first 32 hex digits of the SHA-256 of the bundle it was made
 from: a changed bundle gets a new copy, and nodes whose bundles are the same share one in a shared home.  It is used only under the rules the one-file cache follows: the cache
@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 import stat
 
-from publish.files.fileio import read_regular
-from publish.hashing import sha256_hex
 from publish.http.trust import Trust
+from publish.rules.files.fileio import read_regular
+from publish.rules.hashing import sha256_hex
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def _files(data: bytes) -> dict[str, bytes] | None:
     """The copy's files (name: PEM) for the bundle ``data``; None if unsure."""
     import hashlib
 
-    from publish.http import caname  # a warm start needs neither
+    from publish.rules import caname  # a warm start needs neither
 
     files: dict[str, bytes] = {}
     taken: dict[str, int] = {}  # subject hash: how many have it so far (many CAs may share one subject)

@@ -17,11 +17,11 @@ import _thread
 import binascii
 import time
 
-from publish import redact
-from publish.deadline import UNBOUNDED
-from publish.errors import PublishError, StoreError
-from publish.hashing import md5_digest, sha256_hex
 from publish.http import net
+from publish.rules import redact
+from publish.rules.deadline import UNBOUNDED
+from publish.rules.errors import PublishError, StoreError
+from publish.rules.hashing import md5_digest, sha256_hex
 from publish.s3 import s3xml, sigv4
 from publish.s3.s3retry import (
     REFUSED_CODES,
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     import datetime
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
-    from publish.credentials import Credentials
-    from publish.deadline import Deadline
+    from publish.rules.credentials import Credentials
+    from publish.rules.deadline import Deadline
 
 #: The largest object GET reads (spec: trainer_state.json over 64 MiB is refused).
 GET_LIMIT = 64 * 1024 * 1024

@@ -10,14 +10,14 @@ renewing them; anything else is handed back or fails.
 
 from __future__ import annotations
 
-from publish.errors import StoreError
 from publish.http import net
+from publish.rules.errors import StoreError
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from publish.deadline import Deadline
+    from publish.rules.deadline import Deadline
 
 #: Statuses and codes worth sending an idempotent request again for.
 RETRY_STATUS = frozenset((500, 502, 503, 504))

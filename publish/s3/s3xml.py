@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pyexpat
 
-from publish import percent, redact
-from publish.errors import StoreError
-from publish.hashing import sha256
+from publish.rules import percent, redact
+from publish.rules.errors import StoreError
+from publish.rules.hashing import sha256
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
@@ -276,7 +276,7 @@ def _code(code: str) -> str:
 def error_of(status: int, headers: Mapping[str, str], body: bytes) -> tuple[str, str]:
     """(code, message) from an S3 error document, else from the headers or the status.  Both are the store's
     words, which may echo the request (its key id, its session token) in any case: scrubbed here, where they
-    come in (publish.redact.foreign), and quoted if they hold a control character.  A code the client acts
+    come in (publish.rules.redact.foreign), and quoted if they hold a control character.  A code the client acts
     on (ACTED_ON) is kept as it is."""
     code, message = _unscrubbed_error_of(status, headers, body)
     return _code(code), redact.shown(redact.foreign(message))

@@ -10,15 +10,15 @@ from __future__ import annotations
 import posixpath
 import time
 
-from publish import percent
-from publish.hashing import hmac_sha256, sha256_hex
+from publish.rules import percent
+from publish.rules.hashing import hmac_sha256, sha256_hex
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     import datetime
     from collections.abc import Mapping, Sequence
 
-    from publish.credentials import Credentials
+    from publish.rules.credentials import Credentials
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 EMPTY_SHA256 = sha256_hex(b"")

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from publish import snapshot_name
-from publish.snapshot_format import (
+from publish.rules import snapshot_name
+from publish.rules.snapshot_format import (
     FORMAT,
     MANIFEST,
     MANIFEST_LIMIT,
@@ -38,7 +38,7 @@ from publish.snapshot_format import (
 from . import _fs, _payload, _save
 
 #: A snapshot directory's name (use ``fullmatch``): the step as 12 ASCII digits, then a uuid4 as 32 hex
-#: digits; the same rule as :func:`publish.snapshot_name.parse`, which the manifest check uses.
+#: digits; the same rule as :func:`publish.rules.snapshot_name.parse`, which the manifest check uses.
 SNAPSHOT_DIR = re.compile(
     rf"{snapshot_name.PREFIX}([0-9]{{{snapshot_name.STEP_DIGITS}}})_([0-9a-f]{{{snapshot_name.ID_HEX}}})"
 )

@@ -7,9 +7,9 @@ import os
 import stat
 from typing import Callable
 
-from publish.files import fsops
-from publish.files.fileio import read_at_most
-from publish.snapshot_format import SnapshotError
+from publish.rules.files import fsops
+from publish.rules.files.fileio import read_at_most
+from publish.rules.snapshot_format import SnapshotError
 
 _REPARSE_POINT = 0x400  # FILE_ATTRIBUTE_REPARSE_POINT, Windows only
 _READ_FLAGS = (

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Optional, Union
 
-from publish.snapshot_format import SnapshotError, is_int
+from publish.rules.snapshot_format import SnapshotError, is_int
 
 from . import _fs
 

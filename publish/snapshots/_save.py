@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Any
 
-from publish.snapshot_format import SnapshotError
+from publish.rules.snapshot_format import SnapshotError
 
 from . import _fs, _payload
 from ._payload import Fingerprint, HashPipe, _join, _pread_into, fingerprint, torch

@@ -1,4 +1,4 @@
-"""Stores move bytes for the verbs; names and keys are computed by :mod:`publish.layout`.
+"""Stores move bytes for the verbs; names and keys are computed by :mod:`publish.rules.layout`.
 
 :func:`open` builds the store for a checkpoint root. A POSIX root imports nothing of S3: the S3 store, the
 credential sources and the network come in only for an ``s3://`` root.
@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import time
 
-from publish import roots
+from publish.rules import roots
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Callable
 
-    from publish.credentials import Credentials
-    from publish.deadline import Deadline
+    from publish.rules.credentials import Credentials
+    from publish.rules.deadline import Deadline
     from publish.stores.base import Store
 
 

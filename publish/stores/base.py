@@ -2,9 +2,9 @@
 
 Paths given to a store are relative to the checkpoint root, ``/``-separated, already clean (no empty, ``.``
 or ``..`` element, no leading ``/``).  A *folder* is a POSIX directory, or on S3 every object whose key
-starts with ``PREFIX/<path>/``.  Every method raises :class:`publish.errors.Failure` (or its subclass
-:class:`publish.errors.StoreError`) naming the path or key at fault; none returns a partial answer.
-Every method but ``location`` takes first the :class:`publish.deadline.Deadline` of the work it is part of (a
+starts with ``PREFIX/<path>/``.  Every method raises :class:`publish.rules.errors.Failure` (or its subclass
+:class:`publish.rules.errors.StoreError`) naming the path or key at fault; none returns a partial answer.
+Every method but ``location`` takes first the :class:`publish.rules.deadline.Deadline` of the work it is part of (a
 verb, one watch scan): S3 passes it to each request, POSIX ignores it.  A store keeps no state for a scan.
 """
 
@@ -14,7 +14,7 @@ TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the 
 if TYPE_CHECKING:
     from typing import Protocol
 
-    from publish.deadline import Deadline
+    from publish.rules.deadline import Deadline
 else:
     Protocol = object
 
@@ -130,7 +130,7 @@ class Store(Protocol):
         object ``PREFIX/<layout.ROOT_OBJECT>`` put with ``If-None-Match: *``."""
         ...
 
-    # -- entry operations: the only methods that know pub/ and tomb/ (publish.layout names them)
+    # -- entry operations: the only methods that know pub/ and tomb/ (publish.rules.layout names them)
 
     def list_entries(self, dl: Deadline) -> list[str]:
         """Every name directly in pub/, in no set order, parsing none of them.
@@ -188,7 +188,7 @@ class Store(Protocol):
         """
         ...
 
-    # -- manifests: man/<entry name>, what each publication published (publish.manifest)
+    # -- manifests: man/<entry name>, what each publication published (publish.rules.manifest)
 
     def write_manifest(self, dl: Deadline, entry: str, data: bytes) -> None:
         """Write ``data`` as ``man/<entry>``, replacing what was there, durable before returning; man/ is
@@ -293,8 +293,8 @@ class Store(Protocol):
         file, folder and link below it, by a walk down from the root's descriptor that never follows a
         link (``O_NOFOLLOW``, each directory compared with its ``lstat``); a symbolic link on the path
         itself is reported in ``link``.  Something that vanishes or is swapped while the walk runs is a change
-        seen now (``math.inf``).  More than :data:`publish.files.walks.NEWEST_ENTRIES` entries below it, more than
-        :data:`publish.files.walks.NEWEST_DEPTH` levels, or a folder it may not read: not told (``why``).
+        seen now (``math.inf``).  More than :data:`publish.rules.files.walks.NEWEST_ENTRIES` entries below it, more than
+        :data:`publish.rules.files.walks.NEWEST_DEPTH` levels, or a folder it may not read: not told (``why``).
         S3: the greatest LastModified of one LIST of ``path/`` (all pages); with no object there, the object
         ``path`` itself (HEAD, its Last-Modified)."""
         ...

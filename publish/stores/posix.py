@@ -2,7 +2,7 @@
 
 Everything is looked up relative to a descriptor of the root, opened once per call (the root may be a
 link).  pub/ and exec/ must be real directories: they are opened with ``O_NOFOLLOW``, so one swapped for a
-link after a check is refused, not followed.  Removal walks down with ``O_NOFOLLOW`` too (publish.files.fsops).
+link after a check is refused, not followed.  Removal walks down with ``O_NOFOLLOW`` too (publish.rules.files.fsops).
 
 One store made of three parts: the root's directories (:class:`publish.stores.posix_root.RootDirs`: the root's
 descriptor, pub/, exec/ and tomb/ never through a link), the generic file operations over them
@@ -17,15 +17,15 @@ from __future__ import annotations
 import _stat as stat  # stat's functions and constants themselves: stat.py is one more module to load
 import posix as os  # os's functions themselves (os.open is posix.open): importing os costs a sixth of a bare start
 
-from publish.deadline import Deadline
-from publish.errors import Failure, FileError
-from publish.files import fsops
-from publish.layout import EXEC, PUB
+from publish.rules.deadline import Deadline
+from publish.rules.errors import Failure, FileError
+from publish.rules.files import fsops
+from publish.rules.layout import EXEC, PUB
 from publish.stores.posix_root import RootDirs, entry_kind
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
-    from publish.errors import PublishError
+    from publish.rules.errors import PublishError
     from publish.stores.base import LastChange, Removal, Upload
     from publish.stores.posix_files import PosixFiles
     from publish.stores.posix_writes import PosixWrites

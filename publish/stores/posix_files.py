@@ -7,10 +7,10 @@ import errno
 import os
 import stat
 
-from publish.deadline import Deadline
-from publish.errors import Failure, FileError
-from publish.files import fsops
-from publish.redact import shown
+from publish.rules.deadline import Deadline
+from publish.rules.errors import Failure, FileError
+from publish.rules.files import fsops
+from publish.rules.redact import shown
 from publish.stores.posix_root import MARKER_FLAGS, RANGE_LIMIT, RootDirs, kind, why
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
@@ -90,7 +90,9 @@ class PosixFiles:
         finally:
             os.close(dir_fd)
         try:
-            from publish.files.fileio import read_at_most  # here: a scan that finds no save reads nothing
+            from publish.rules.files.fileio import (
+                read_at_most,  # here: a scan that finds no save reads nothing
+            )
 
             self._dirs.refuse_odd(path, os.fstat(fd))
             data = read_at_most(fd, limit)
@@ -154,7 +156,7 @@ class PosixFiles:
     def newest(self, dl: Deadline, path: str) -> LastChange:
         """Walk down from the root's descriptor as remove_folder does (each element checked with ``lstat``,
         opened with ``O_NOFOLLOW`` and compared), then through the folder with :func:`walks.newest_tree`."""
-        from publish.files import walks  # here: only -orphans asks how old a folder is
+        from publish.rules.files import walks  # here: only -orphans asks how old a folder is
         from publish.stores.base import LastChange
 
         parts = path.split("/")

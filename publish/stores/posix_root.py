@@ -7,10 +7,10 @@ from __future__ import annotations
 import _stat as stat  # stat's functions and constants themselves: stat.py is one more module to load
 import posix as os  # os's functions themselves (os.open is posix.open): importing os costs a sixth of a bare start
 
-from publish.errors import Failure, FileError, MissingRoot
-from publish.files import fsops
-from publish.layout import EXEC, PUB
-from publish.redact import shown
+from publish.rules.errors import Failure, FileError, MissingRoot
+from publish.rules.files import fsops
+from publish.rules.layout import EXEC, PUB
+from publish.rules.redact import shown
 
 _ROOT_FLAGS = os.O_RDONLY | fsops.O_DIRECTORY | fsops.O_CLOEXEC  # follows a link: the root may be one
 _FOLLOW_FLAGS = (

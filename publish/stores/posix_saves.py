@@ -5,7 +5,7 @@ follow it); below it,
 every directory and file is opened relative to its parent's descriptor with ``O_NOFOLLOW``, so a file
 swapped for a link is seen, never followed.  A link, a FIFO, a socket or a device inside a save is not a
 file of it: never read, never listed in a manifest.  A name is bytes: a file is listed by its name's bytes
-read as UTF-8 with ``surrogateescape`` (publish.manifest records that), and reached by those bytes, whatever
+read as UTF-8 with ``surrogateescape`` (publish.rules.manifest records that), and reached by those bytes, whatever
 the locale's encoding of file names.  Files are read in large chunks into one buffer per
 thread, several files at once (hashlib releases the GIL while it hashes), and every chunk checks the
 deadline.
@@ -18,9 +18,9 @@ import os
 import stat
 import sys
 
-from publish.errors import Failure, FileError
-from publish.files import fsops
-from publish.redact import shown
+from publish.rules.errors import Failure, FileError
+from publish.rules.files import fsops
+from publish.rules.redact import shown
 from publish.stores.posix_root import MARKER_FLAGS, RootDirs, kind
 
 TYPE_CHECKING = False
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import TypeVar
 
-    from publish.deadline import Deadline
+    from publish.rules.deadline import Deadline
 
     T = TypeVar("T")
     Row = tuple[str, int, "str | None"]
@@ -152,7 +152,7 @@ def parallel(work: Callable[[T], None], items: Sequence[T], threads: int = THREA
         for item in items:
             work(item)
         return
-    from publish.threads import Worker
+    from publish.process.threads import Worker
 
     errors: list[BaseException] = []
     queue = list(reversed(items))
@@ -291,7 +291,7 @@ HASH_SHARE = 0.5
 def hash_budget(dl: Deadline) -> Deadline:
     """The part of ``dl`` that a publication's hashing may take: HASH_SHARE of what is left (unbounded when
     ``dl`` is)."""
-    from publish.deadline import Deadline
+    from publish.rules.deadline import Deadline
 
     left = dl.left()
     if left is None or dl.timeout is None:

@@ -1,5 +1,5 @@
 """The writing part of the POSIX store: the root made, entries, marks, tombstones and manifests created and
-removed, and saves removed (walking down through descriptors, publish.files.walks). A part of
+removed, and saves removed (walking down through descriptors, publish.rules.files.walks). A part of
 :class:`publish.stores.posix.PosixStore`, made on first use: a resolve that answers needs none of it."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from __future__ import annotations
 import posix as os  # os's functions themselves (os.open is posix.open): importing os costs a sixth of a bare start
 import stat
 
-from publish.errors import Failure, FileError, PublishError
-from publish.files import fsops, walks
-from publish.layout import EXEC, MAN, POSIX_NAME_MAX, PUB, TOMB
-from publish.redact import shown
+from publish.rules.errors import Failure, FileError, PublishError
+from publish.rules.files import fsops, walks
+from publish.rules.layout import EXEC, MAN, POSIX_NAME_MAX, PUB, TOMB
+from publish.rules.redact import shown
 from publish.stores.posix_root import MARKER_FLAGS, RootDirs, kind
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
-    from publish.deadline import Deadline
+    from publish.rules.deadline import Deadline
     from publish.stores.base import Removal
 
 _O_NOFOLLOW = fsops.O_NOFOLLOW
@@ -365,7 +365,7 @@ class PosixWrites:
                 st = os.fstat(f)
                 if not stat.S_ISREG(st.st_mode):
                     raise Failure(f"{where} is {kind(st.st_mode)}, not a regular file")
-                from publish.files.fileio import (
+                from publish.rules.files.fileio import (
                     read_at_most,  # a manifest's reader alone: a resolve needs none
                 )
 

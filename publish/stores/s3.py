@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from publish.errors import Failure, MissingRoot, StoreError
-from publish.layout import EXEC, MAN, PUB, ROOT_OBJECT, S3_KEY_MAX, TOMB
-from publish.redact import shown
+from publish.rules.errors import Failure, MissingRoot, StoreError
+from publish.rules.layout import EXEC, MAN, PUB, ROOT_OBJECT, S3_KEY_MAX, TOMB
+from publish.rules.redact import shown
 from publish.s3.s3client import S3Client
 from publish.stores.base import LastChange, Removal, Upload
 
@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from publish.credentials import Credentials
-    from publish.deadline import Deadline
+    from publish.rules.credentials import Credentials
+    from publish.rules.deadline import Deadline
     from publish.s3.s3client import Renew
 
 #: The bytes one ranged GET of a deep check asks for.
@@ -93,7 +93,7 @@ class S3Store:
         return [k[len(pub) :] for k in listing.keys if k != pub]
 
     def entry_times(self, dl: Deadline) -> dict[str, float]:
-        from publish.timestamps import iso8601
+        from publish.rules.timestamps import iso8601
 
         pub = self.key(PUB) + "/"
         listing = self.client.list(pub, deadline=dl)
@@ -161,7 +161,7 @@ class S3Store:
 
     def _time(self, text: str, key: str, op: str, thing: str) -> float:
         """A LastModified or Initiated text the store listed for ``key``, in seconds since the epoch."""
-        from publish.timestamps import iso8601
+        from publish.rules.timestamps import iso8601
 
         try:
             return iso8601(text)
@@ -183,7 +183,7 @@ class S3Store:
         headers = self.client.head(key, deadline=dl)  # a save that is one object (a Lightning .ckpt)
         if headers is None:
             return LastChange(None)
-        from publish.timestamps import http_date
+        from publish.rules.timestamps import http_date
 
         text = headers.get("last-modified", "")
         try:
@@ -265,7 +265,7 @@ class S3Store:
         self.client.delete_objects([self.key(f"{MAN}/{n}") for n in names], deadline=dl)
 
     def save_rows(self, dl: Deadline, path: str, digests: bool) -> list[tuple[str, int, str | None]]:
-        from publish.manifest import good_path
+        from publish.rules.manifest import good_path
 
         found = self.sizes(dl, path)
         if not found:

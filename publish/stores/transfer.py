@@ -29,11 +29,11 @@ import os
 import stat
 import zlib
 
-from publish.deadline import Deadline
-from publish.errors import PublishError, UploadError
-from publish.files import fsops
-from publish.manifest import utf8
-from publish.redact import shown
+from publish.rules.deadline import Deadline
+from publish.rules.errors import PublishError, UploadError
+from publish.rules.files import fsops
+from publish.rules.manifest import utf8
+from publish.rules.redact import shown
 from publish.stores.posix_root import MARKER_FLAGS, kind
 from publish.stores.posix_saves import raw, recorded
 
@@ -100,7 +100,7 @@ class _File:
     """One regular file of the save, and what its upload has reached."""
 
     def __init__(self, path: str, rel: str, st: os.stat_result, part_size: int) -> None:
-        import hashlib  # OpenSSL's SHA-256 (several times publish.hashing's built-in one): loaded when used
+        import hashlib  # OpenSSL's SHA-256 (several times publish.rules.hashing's built-in one): loaded when used
         import threading
 
         self.path = path  # relative to the save ("" for a save that is one file)

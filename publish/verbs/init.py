@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from publish.redact import shown
-from publish.verbs import common
+from publish.ops import command
+from publish.rules.redact import shown
 
 
-class Init(common.Command):
+class Init(command.Command):
     name = "init"
-    synopsis = f"publish init {common.ROOT_FLAGS}"
+    synopsis = f"publish init {command.ROOT_FLAGS}"
     summary = "make a new checkpoint root (POSIX: the directory; S3: the root's own object)"
 
-    def run(self, call: common.Call) -> int:
-        common.expect_args(call, [])
+    def run(self, call: command.Call) -> int:
+        command.expect_args(call, [])
         store = self.open(call, self.root(call)).store
         if store.create_root(self.deadline(call)):
             call.say.out(f"created {shown(store.root)}")

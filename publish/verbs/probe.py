@@ -2,31 +2,24 @@
 
 from __future__ import annotations
 
-from publish.errors import Failure, UsageError
-from publish.redact import shown
-from publish.roots import S3Root
-from publish.verbs import common
+from publish.ops import command
+from publish.ops.resolution import probe
+from publish.rules.errors import UsageError
+from publish.rules.redact import shown
+from publish.rules.roots import S3Root
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from publish.deadline import Deadline
-    from publish.stores import Opened
+    pass
 
 
-def probe(opened: Opened, dl: Deadline) -> None:
-    """Run the store's preflight checks; a store without the probe capability is a Failure."""
-    if opened.probe is None:
-        raise Failure("probe needs an s3:// root")
-    opened.probe(dl)
-
-
-class Probe(common.Command):
+class Probe(command.Command):
     name = "probe"
     synopsis = "publish probe -checkpoint s3://BUCKET/PREFIX -creds LIST [-proxy URL] [-timeout 5m]"
     summary = "check that an S3 root and its credentials work, before a job is accepted"
 
-    def run(self, call: common.Call) -> int:
-        common.expect_args(call, [])
+    def run(self, call: command.Call) -> int:
+        command.expect_args(call, [])
         root = self.root(call)
         if not isinstance(root, S3Root):
             raise UsageError(f"probe checks an s3:// root; {shown(root.text)} is a POSIX root")

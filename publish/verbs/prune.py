@@ -5,496 +5,35 @@ Before removing an entry, prune records each folder it is about to remove as a t
 and removes a tombstone only after its folder.  So a prune killed at any point leaves tombstones for every
 folder it planned and had not finished, and the next prune finishes them: exactly what an uninterrupted one
 would have left.  With -orphans it also removes, through the same tombstones, what in other attempts' folders
-no remaining entry relates to and nothing has changed in for -orphans-age (publish.verbs.orphans).
+no remaining entry relates to and nothing has changed in for -orphans-age (publish.ops.orphans).
 """
 
 from __future__ import annotations
 
-from publish import layout
-from publish.deadline import Deadline
-from publish.errors import Failure, UsageError
-from publish.layout import EXEC, MAN, PUB, TOMB
-from publish.redact import shown
-from publish.verbs import Say, common, shared
-from publish.verbs.orphans import AGE, Orphans
+from publish.ops import command, scan_flags
+from publish.ops.retention import (
+    Saves,
+    attempt_flag,
+    bytes_flag,
+    given_orphans,
+    mirror_bytes_of,
+    mirror_policy,
+    orphan_flags,
+    policy_flags,
+    policy_of,
+    prune,
+)
+from publish.rules.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-    from typing import Callable
-
-    from publish.go.flags import Flag, FlagSet
-    from publish.stores.base import Store, Upload
-    from publish.verbs.capacity import Size
-
-#: How many finished tombstones are dropped at once (one fsync of tomb/ on POSIX).
-TOMB_BATCH = 512
+    pass
 
 
-class Policy:
-    """Which entries stay: the latest ``keep`` (at least one, so the newest always stays), and also those whose
-    step is a multiple of ``every`` (0: none) and those made within ``within`` seconds before ``now`` (None:
-    none), by ``times`` (entry name to seconds since the epoch, Store.entry_times).  ``orphans``: also remove
-    the leftovers in exec/ that -orphans asks for (None: not asked).  ``bytes``: -keep-bytes, the cap on
-    what the others keep (publish.verbs.capacity.cap; None: no cap), given as ``bytes_flag``."""
-
-    __slots__ = (
-        "keep",
-        "every",
-        "within",
-        "times",
-        "now",
-        "orphans",
-        "protect",
-        "held",
-        "bytes",
-        "bytes_flag",
-    )
-
-    def __init__(
-        self,
-        keep: int,
-        every: int = 0,
-        within: float | None = None,
-        times: dict[str, float] | None = None,
-        now: float = 0.0,
-    ) -> None:
-        self.keep = keep
-        self.every = every
-        self.within = within
-        self.times = times or {}
-        self.now = now
-        self.orphans: Orphans | None = None
-        #: -mirror: given the entries read, the names that stay whatever the rest says (pending uploads)
-        self.protect: Callable[[Deadline, list[layout.Entry]], set[str]] | None = None
-        self.held: set[str] = set()
-        self.bytes: int | None = None
-        self.bytes_flag = "-keep-bytes"
-
-    def also_kept(self, entry: layout.Entry) -> bool:
-        if entry.name in self.held:
-            return True
-        if self.every and entry.step % self.every == 0:
-            return True
-        if self.within is not None:
-            made = self.times.get(entry.name)
-            return made is not None and self.now - made <= self.within
-        return False
-
-
-class Saves:
-    """Which saves exist, asked of the store as ``resolve`` asks it (Store.holds: one lstat through the
-    root's descriptor on POSIX, one LIST with max-keys=1 on S3), so retention and ``resolve`` agree by
-    construction.  Each path is asked at most once; a save found gone has its folders above it asked in
-    turn, and a folder that holds nothing answers for everything below it (an unmounted or emptied
-    ``exec/`` costs one question, not one per entry).  ``known``: answers already had (status asks every
-    publication's save anyway).  A fault of the store (a permission, an I/O error, a failing LIST) is
-    raised: "I cannot tell" is never taken for "gone".  ``sizes``: what each save holds, by entry name
-    (-keep-bytes), read at most once each (:meth:`size`)."""
-
-    __slots__ = ("dl", "store", "known", "sizes")
-
-    def __init__(
-        self,
-        dl: Deadline,
-        store: Store,
-        known: dict[str, bool] | None = None,
-        sizes: dict[str, Size] | None = None,
-    ) -> None:
-        self.dl = dl
-        self.store = store
-        self.known: dict[str, bool] = dict(known or {})
-        self.sizes: dict[str, Size] = dict(sizes or {})
-
-    def size(self, entry: layout.Entry) -> Size:
-        """What the save of ``entry`` (which exists) holds (publish.verbs.capacity.save_size)."""
-        found = self.sizes.get(entry.name)
-        if found is None:
-            from publish.verbs.capacity import save_size
-
-            found = self.sizes[entry.name] = save_size(self.dl, self.store, entry)
-        return found
-
-    def __call__(self, path: str) -> bool:
-        held = self.known.get(path)
-        if held is not None:
-            return held
-        parts = path.split("/")
-        folders = ["/".join(parts[:i]) for i in range(1, len(parts))]
-        if any(self.known.get(f) is False for f in folders):
-            held = False
-        else:
-            held = self.store.holds(self.dl, path)
-            if not held:
-                for folder in reversed(folders):
-                    if folder in self.known:
-                        break
-                    self.known[folder] = self.store.holds(self.dl, folder)
-                    if self.known[folder]:
-                        break
-        self.known[path] = held
-        return held
-
-    def none_exist(self, newest_first: list[layout.Entry]) -> Failure:
-        """The failure of a prune that found no entry's save: it removes nothing."""
-        newest = newest_first[0]
-        where = self.store.location(PUB)
-        return NoSaves(
-            f"prune: {shown(where)}: every one of its {len(newest_first)} entries names a save that does "
-            f"not exist (the newest {shown(self.store.location(newest.path))}): removed nothing (an "
-            f"unmounted filesystem or an {EXEC}/ that cannot be reached makes every save look gone)"
-        )
-
-
-class NoSaves(Failure):
-    """Every entry's save looks gone: the prune removes nothing (exit 1)."""
-
-
-def split(
-    entries: list[layout.Entry], keep: int | Policy, saves: Saves | None = None
-) -> tuple[list[layout.Entry], list[layout.Entry]]:
-    """The entries to remove (oldest first) and those that stay: the latest ``keep`` (at least one), and
-    what a :class:`Policy` also keeps.  O(n log n).
-
-    With ``saves``, the latest ``keep`` are counted among the entries whose save exists, newest first, as
-    ``resolve`` looks (so the save it answers with always stays); an entry newer than the last of them whose
-    save is gone counts for nothing and stays in place (it names nothing a prune could remove, and a save
-    that comes back, an unmounted filesystem mounted again, is still published).  Only the entries down to
-    the last kept one are asked about.  When none of the entries has its save, NoSaves."""
-    policy = keep if isinstance(keep, Policy) else Policy(keep)
-    ordered = layout.oldest_first(entries)
-    want = max(policy.keep, 1)
-    if saves is None:
-        cut = max(len(ordered) - want, 0)
-    else:
-        cut, found = 0, 0
-        for i in range(len(ordered) - 1, -1, -1):
-            if saves(ordered[i].path):
-                found += 1
-                if found == want:
-                    cut = i
-                    break
-        if ordered and not found:
-            raise saves.none_exist(ordered[::-1])
-    gone: list[layout.Entry] = []
-    kept = ordered[cut:]
-    for entry in ordered[:cut]:
-        (kept if policy.also_kept(entry) else gone).append(entry)
-    return gone, kept
-
-
-def unrelated(gone: list[layout.Entry], kept: layout.Nest) -> list[str]:
-    """The folders of ``gone`` that no path in ``kept`` relates to, in the order of ``gone``, each once."""
-    seen: set[str] = set()
-    folders: list[str] = []
-    for entry in gone:
-        if entry.path not in seen:
-            seen.add(entry.path)
-            if not kept.related(entry.path):
-                folders.append(entry.path)
-    return folders
-
-
-def plan(entries: list[layout.Entry], keep: int | Policy) -> tuple[list[layout.Entry], list[str]]:
-    """The entries to remove, and the folders to remove after them (oldest first, each once).
-
-    The latest ``keep`` entries stay; a folder stays while a remaining entry names it, a folder inside it or
-    a folder around it.  O(n log n) in the number of entries."""
-    gone, kept = split(entries, keep)
-    return gone, unrelated(gone, layout.Nest([k.path for k in kept]))
-
-
-class Schedule:
-    """What a prune of given entries and tombstones does: the entries it removes, the tombstones it writes
-    and drops, and the folders it removes in order (``resumed`` from tomb/, then its own ``folders``, then
-    the ``orphans`` -orphans found); with -orphans also the multipart ``uploads`` it aborts (first) and the
-    candidates it leaves in place with why (``left``)."""
-
-    __slots__ = (
-        "gone",
-        "kept",
-        "staying",
-        "folders",
-        "recorded",
-        "stale",
-        "resumed",
-        "orphans",
-        "uploads",
-        "left",
-        "notes",
-    )
-
-    def __init__(
-        self, entries: list[layout.Entry], tombs: list[str], keep: int | Policy, saves: Saves | None = None
-    ) -> None:
-        self.gone, kept_entries = split(entries, keep, saves)
-        self.notes: list[str] = []  # said on stderr: what -keep-bytes kept over its cap, or could not measure
-        if isinstance(keep, Policy) and keep.bytes is not None and saves is not None:
-            from publish.verbs.capacity import cap
-
-            more, kept_entries, self.notes = cap(keep, kept_entries, saves)
-            self.gone = layout.oldest_first(self.gone + more)
-        self.staying = {e.name for e in kept_entries}  # the names of the entries that stay
-        self.kept = kept = layout.Nest([k.path for k in kept_entries])
-        self.folders = unrelated(self.gone, kept)
-        self.orphans: list[str] = []
-        self.uploads: list[Upload] = []
-        self.left: list[tuple[str, str]] = []
-        planned, self.recorded = set(self.folders), set(tombs)
-        # A recorded folder that a remaining entry relates to (published again since) stays, and only its
-        # tombstone goes.  Every other one is removed with this prune's own folders, after the entries: an
-        # entry about to go may still name it, or a folder inside it.
-        self.stale = [f for f in tombs if f not in planned and kept.related(f)]
-        self.resumed = sorted(f for f in tombs if f not in planned and not kept.related(f))
-
-    def removals(self) -> list[str]:
-        return self.resumed + self.folders + self.orphans
-
-    def find_orphans(self, dl: Deadline, store: Store, orphans: Orphans, now: float) -> None:
-        """Add what -orphans removes (publish.verbs.orphans): the folders after the others, the uploads."""
-        from publish.verbs.orphans import find
-
-        found = find(dl, store, orphans, self.kept, self.resumed + self.folders, now)
-        self.orphans, self.uploads, self.left = found.folders, found.uploads, found.left
-
-
-def read_schedule(dl: Deadline, store: Store, keep: int | Policy) -> Schedule:
-    """Check the root and read pub/ and tomb/ as prune does (the same Failures), and plan the prune.  A
-    policy with ``within`` reads the entries' times (the same one LIST on S3)."""
-    store.check_root(dl)
-    if isinstance(keep, Policy) and keep.within is not None:
-        import time
-
-        keep.times = store.entry_times(dl)
-        keep.now = time.time()
-        names = list(keep.times)
-    else:
-        names = store.list_entries(dl)
-    entries = layout.parse_all(names, store.location(PUB))
-    if isinstance(keep, Policy) and keep.protect is not None:
-        keep.held = keep.protect(dl, entries)  # after pub/ was read: what it names is all it may protect
-    tombs = layout.parse_tombs(store.list_tombs(dl), store.location(TOMB))
-    if not entries and not tombs:
-        store.check_exists(dl)
-    sched = Schedule(entries, tombs, keep, Saves(dl, store))
-    if isinstance(keep, Policy) and keep.orphans is not None:
-        import time
-
-        sched.find_orphans(dl, store, keep.orphans, time.time())
-    return sched
-
-
-def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: bool = False) -> int:
-    """Prune the root, finishing first what an interrupted prune recorded in tomb/.
-
-    ``dry_run``: the same reads and checks, then ``would remove <location>`` per folder the prune would
-    remove (and ``would abort ...`` per upload), and nothing written.  Returns how many folders it removed."""
-    sched = read_schedule(dl, store, keep)
-    for note in sched.notes:
-        say.warn(note)
-    if dry_run:
-        for line in would_remove(dl, store, sched):
-            if line.startswith(("would remove ", "would abort ")):
-                say.out(line)
-            else:
-                say.warn(line)
-        return 0
-    count = 0
-    store.create_tombs(
-        dl, [layout.tomb_name(f) for f in sched.folders + sched.orphans if f not in sched.recorded]
-    )
-    if sched.gone:
-        # Entries first: a crash never leaves one naming a missing save, nor one without its manifest.
-        store.remove_entries(dl, [e.name for e in sched.gone])
-        store.remove_manifests(dl, [e.name for e in sched.gone])
-    store.remove_tombs(dl, [layout.tomb_name(f) for f in sched.stale])
-    fresh = [f for f in sched.folders + sched.orphans if f not in sched.recorded]
-    if sched.gone or fresh:  # pub/ read again, after this prune's marks: its tombstones, its removals
-        now = layout.parse_all(store.list_entries(dl), store.location(PUB))
-        _named_since(dl, store, say, sched, now)
-        _published_again(dl, store, say, sched.gone, now)
-    for upload in sched.uploads:  # before the folders: none can complete into a folder once it is gone
-        if store.abort_upload(dl, upload):
-            say.out(aborted(store, upload))
-    for path, why in sched.left:
-        say.warn(f"prune: left {shown(store.location(path))} in place: {why}")
-    finished: list[str] = []  # tombstones whose folder is gone: dropped a batch at a time, after it
-    try:
-        for folder in sched.removals():
-            if layout.reserved(folder):  # never: entries and tombstones naming one do not parse
-                raise AssertionError(f"prune planned to remove the reserved {folder!r}")
-            result = store.remove_folder(dl, folder)
-            if result.link:
-                say.warn(
-                    f"prune: left {shown(store.location(folder))} in place: {shown(store.location(result.link))} is a symbolic link"
-                )
-            elif result.removed:
-                say.out(f"removed {shown(store.location(folder))}")
-                count += 1
-            finished.append(layout.tomb_name(folder))
-            if len(finished) >= TOMB_BATCH:
-                store.remove_tombs(dl, finished)
-                finished = []
-    finally:
-        # A tombstone outlives its folder by at most a batch: a crash before this leaves it for the next
-        # prune, which finds the folder gone and drops it.
-        if finished:
-            store.remove_tombs(dl, finished)
-    unbound_manifests(dl, store, say, sched.staying)
-    return count
-
-
-#: How long a manifest without an entry is left while its save is still there: a publication writes its
-#: manifest just before its entry, and may be between the two.
-UNBOUND_AGE = 3600.0
-
-
-def unbound_manifests(dl: Deadline, store: Store, say: Say, entries: set[str]) -> None:
-    """Remove the manifests in man/ whose entry is not among ``entries`` (those pub/ held and the prune
-    kept): at once when their save is gone too, else once written UNBOUND_AGE ago.  So one whose entry a
-    prune cut before it, or a hand, removed goes; one of an entry published since the prune read pub/ has a
-    save that is there and is young, and stays.  A name that is no entry name is left, said on stderr."""
-    import time
-
-    times = store.manifest_times(dl)
-    if not times:
-        store.remove_manifests(dl, [])  # POSIX: the temporary files of writes cut off long ago
-        return
-    now = time.time()
-    gone = []
-    for name in sorted(set(times) - entries):
-        try:
-            entry = layout.parse(name)
-        except ValueError as e:
-            say.warn(f"prune: left {shown(store.location(MAN + '/' + name))} in place: not a manifest ({e})")
-            continue
-        if now - times[name] > UNBOUND_AGE or not store.holds(dl, entry.path):
-            gone.append(name)
-    store.remove_manifests(dl, gone)
-
-
-def aborted(store: Store, upload: Upload, would: str = "") -> str:
-    """``aborted <location> (multipart upload <id>)``, or with ``would`` ("would abort ...")."""
-    verb = f"{would} abort" if would else "aborted"
-    return f"{verb} {shown(store.location(upload.path))} (multipart upload {shown(upload.upload_id)})"
-
-
-def _published_again(
-    dl: Deadline, store: Store, say: Say, gone: list[layout.Entry], now: list[layout.Entry]
-) -> None:
-    """Write again the manifest of each entry this prune removed that ``now`` (pub/ read after the
-    manifests were removed) holds again: a publication of the same name (the same save, epoch and step)
-    made it meanwhile, and its manifest, written before its entry, may be the one this prune removed by
-    name.  The publisher looks at its manifest again after its entry too (publish.verbs.publish.rebind):
-    an entry made after this read is its to mend.  So no entry is left without its manifest."""
-    back = {e.name for e in now} & {e.name for e in gone}
-    if not back:
-        return
-    from publish.verbs.publish import write_manifest
-
-    for entry in gone:
-        if entry.name not in back or store.exists(dl, f"{MAN}/{entry.name}"):
-            continue
-        where = shown(store.location(f"{PUB}/{entry.name}"))
-        try:
-            write_manifest(dl, store, entry.name, entry.path, say)
-        except Failure as e:
-            say.warn(
-                f"prune: {where}, published again meanwhile, has no manifest: it could not be written ({e})"
-            )
-            continue
-        say.warn(f"prune: {where} was published again meanwhile: its manifest written again")
-
-
-def _named_since(dl: Deadline, store: Store, say: Say, sched: Schedule, now: list[layout.Entry]) -> None:
-    """With pub/ read again (``now``) now that this prune's tombstones are durable (its mark, made before it
-    reads the publishers'): a folder it recorded now (its own, and the orphans) that an entry published since relates
-    to stays, said on stderr, and its tombstone goes.  A publication makes its entry first, then reads
-    tomb/ (publish.verbs.publish.overlapped), so one of the two sees the other.  A folder recorded by an
-    earlier prune is removed all the same (that one may have begun): its publisher sees the tombstone, or
-    finds the save gone, and withdraws.  A prune killed before this is finished the same way: the next one
-    keeps a recorded folder that a remaining entry relates to."""
-    fresh = [f for f in sched.folders + sched.orphans if f not in sched.recorded]
-    if not fresh:
-        return
-    named = layout.Nest([e.path for e in now])
-    taken = {f for f in fresh if named.related(f)}
-    if taken:
-        sched.folders = [f for f in sched.folders if f not in taken]
-        sched.orphans = [f for f in sched.orphans if f not in taken]
-        store.remove_tombs(dl, [layout.tomb_name(f) for f in sorted(taken)])
-        for folder in sorted(taken):
-            say.warn(
-                f"prune: left {shown(store.location(folder))} in place: an entry published meanwhile "
-                "names it, a folder inside it or one around it"
-            )
-
-
-def would_remove(dl: Deadline, store: Store, sched: Schedule) -> list[str]:
-    """The lines a prune following ``sched`` would print, with ``would`` in them, reading only: ``would abort
-    <location> (multipart upload <id>)`` per upload -orphans aborts, (for stderr) each orphan it would leave
-    in place and why, ``would remove <location>`` per folder that is there, and (for stderr) a folder a link
-    would keep in place.
-
-    A folder inside one removed before it is gone by then; one holding folders removed before it is
-    removed (S3: printed) only when something else is left in it."""
-    lines = [aborted(store, u, "would") for u in sched.uploads]
-    lines += [f"prune: would leave {shown(store.location(p))} in place: {why}" for p, why in sched.left]
-    removed: list[str] = []
-    done: set[str] = set()
-    for folder in sched.removals():
-        parts = folder.split("/")
-        if any("/".join(parts[:i]) in done for i in range(1, len(parts) + 1)):
-            continue
-        link = _link_on_path(store, folder)
-        if link:
-            lines.append(
-                f"prune: would leave {shown(store.location(folder))} in place: {shown(store.location(link))} is a symbolic link"
-            )
-            continue
-        if store.holds(dl, folder):
-            # POSIX removes the folder itself; S3 only the objects, which earlier removals may have taken.
-            inner = (
-                []
-                if store.cheap_listing
-                else [r[len(folder) + 1 :] for r in removed if r.startswith(folder + "/")]
-            )
-            if not inner or _more_than(dl, store, folder, inner):
-                lines.append(f"would remove {shown(store.location(folder))}")
-        removed.append(folder)
-        done.add(folder)
-    return lines
-
-
-def _more_than(dl: Deadline, store: Store, folder: str, inner: list[str]) -> bool:
-    """True when an object under ``folder`` lies outside every folder of ``inner`` (S3: one LIST)."""
-    return any(not any(key == i or key.startswith(i + "/") for i in inner) for key in store.sizes(dl, folder))
-
-
-def _link_on_path(store: Store, folder: str) -> str:
-    """On POSIX, the first element of ``folder`` below the root that is a symbolic link (remove_folder leaves
-    such a folder in place), or ``""``."""
-    if not store.cheap_listing:
-        return ""  # S3 has no links
-    import os
-    import stat
-
-    parts = folder.split("/")
-    for i in range(len(parts)):
-        rel = "/".join(parts[: i + 1])
-        try:
-            st = os.lstat(os.path.join(store.root, rel))
-        except OSError:
-            return ""  # missing (or not a folder): remove_folder finds nothing there either
-        if stat.S_ISLNK(st.st_mode):
-            return rel
-    return ""
-
-
-class Prune(common.Command):
+class Prune(command.Command):
     name = "prune"
     synopsis = (
-        f"publish prune {common.ROOT_FLAGS} [-keep 3] [-keep-every K] [-keep-within D] [-keep-bytes SIZE] "
+        f"publish prune {command.ROOT_FLAGS} [-keep 3] [-keep-every K] [-keep-within D] [-keep-bytes SIZE] "
         "[-orphans [-orphans-age 1h] [-attempt A]] [-mirror URL [-mirror-keep M [-mirror-keep-bytes SIZE]]] "
         "[-dry-run]"
     )
@@ -512,12 +51,12 @@ class Prune(common.Command):
         self.keep_bytes = bytes_flag(self.fs)
         self.orphans, self.orphans_age = orphan_flags(self.fs)
         self.attempt = attempt_flag(self.fs)
-        self.mirror = common.mirror_flag(self.fs)
-        self.mirror_keep = shared.keep_flag(self.fs)
-        self.mirror_keep_bytes = shared.mirror_bytes_flag(self.fs)
+        self.mirror = command.mirror_flag(self.fs)
+        self.mirror_keep = scan_flags.keep_flag(self.fs)
+        self.mirror_keep_bytes = scan_flags.mirror_bytes_flag(self.fs)
 
-    def run(self, call: common.Call) -> int:
-        common.expect_args(call, [])
+    def run(self, call: command.Call) -> int:
+        command.expect_args(call, [])
         orphans = given_orphans(self.orphans, self.orphans_age, self.attempt, call.env)
         mirror_bytes = mirror_bytes_of(self.mirror_keep, self.mirror_keep_bytes)
         root = self.root(call)
@@ -531,7 +70,7 @@ class Prune(common.Command):
         if mirror_root is None:
             prune(dl, store, call.say, policy, dry_run=self.dry_run.value)
             return 0
-        from publish.verbs.pending import pending_names
+        from publish.ops.pending import pending_names
 
         mirror = self.open_mirror(call, mirror_root).store
         mirror_keep = self.mirror_keep.value
@@ -544,97 +83,6 @@ class Prune(common.Command):
         )
         prune(dl, store, call.say, policy, dry_run=self.dry_run.value)
         return 0
-
-
-def policy_flags(fs: FlagSet) -> tuple[Flag[int], Flag[float]]:
-    """-keep-every and -keep-within, for prune, run and status."""
-    every = fs.integer(
-        "keep-every", 0, "also keep the publications whose step is a multiple of `K`", minimum=1, int64=True
-    )
-    within = fs.duration("keep-within", 0.0, "also keep the publications made within the duration `D`")
-    return every, within
-
-
-def policy_of(
-    keep: int, every: Flag[int], within: Flag[float], size: Flag[int | None] | None = None
-) -> Policy:
-    policy = Policy(keep, every.value if every.is_set else 0, within.value if within.is_set else None)
-    if size is not None:
-        policy.bytes = size.value
-    return policy
-
-
-def bytes_flag(fs: FlagSet) -> Flag[int | None]:
-    """-keep-bytes, for prune, run and status."""
-    return shared.size_flag(
-        fs,
-        "keep-bytes",
-        "of the publications the other -keep flags keep, only the newest whose saves add up to at most `SIZE` "
-        "(500GB, 2TiB; the newest save always, and every save not yet mirrored)",
-    )
-
-
-def mirror_policy(keep: int, size: int | None) -> int | Policy:
-    """What prunes the mirror: -mirror-keep M, capped by -mirror-keep-bytes when given."""
-    if size is None:
-        return keep
-    policy = Policy(keep)
-    policy.bytes = size
-    policy.bytes_flag = "-mirror-keep-bytes"
-    return policy
-
-
-def mirror_bytes_of(mirror_keep: Flag[int | None], size: Flag[int | None]) -> int | None:
-    """-mirror-keep-bytes, which applies to -mirror-keep alone (a usage error otherwise)."""
-    if size.is_set and not mirror_keep.is_set:
-        raise UsageError("-mirror-keep-bytes applies to -mirror-keep: give -mirror-keep")
-    return size.value
-
-
-def orphan_flags(fs: FlagSet) -> tuple[Flag[bool], Flag[float]]:
-    """-orphans and -orphans-age, for prune, run and status."""
-    orphans = fs.boolean(
-        "orphans",
-        False,
-        "also remove the folders and files in other attempts' folders under exec/ that no kept publication "
-        "relates to, once nothing in them changed for -orphans-age (S3: and abort multipart uploads as old)",
-    )
-    age = fs.duration(
-        "orphans-age", AGE, "how long nothing in a leftover must have changed before -orphans removes it"
-    )
-    return orphans, age
-
-
-def attempt_flag(fs: FlagSet) -> Flag[str]:
-    """-attempt, for prune and status: the attempt -orphans never touches."""
-    return fs.string(
-        "attempt",
-        "",
-        "with -orphans: the current attempt `A`, never touched (env DISPATCH_ATTEMPT; default: none, every "
-        "attempt is looked at)",
-    )
-
-
-def orphans_of(orphans: Flag[bool], age: Flag[float], attempt: str) -> Orphans | None:
-    """What -orphans and -orphans-age ask for, outside ``attempt`` (``""``: none); -orphans-age alone is a
-    usage error."""
-    if not orphans.value:
-        if age.is_set:
-            raise UsageError("-orphans-age applies to -orphans: give -orphans")
-        return None
-    return Orphans(age.value, attempt)
-
-
-def given_orphans(
-    orphans: Flag[bool], age: Flag[float], attempt: Flag[str], env: Mapping[str, str]
-) -> Orphans | None:
-    """orphans_of, with the attempt from -attempt, else DISPATCH_ATTEMPT (prune and status)."""
-    if not orphans.value and attempt.is_set:
-        raise UsageError("-attempt applies to -orphans: give -orphans")
-    current = common.flag_or_env(attempt, env, "DISPATCH_ATTEMPT") if orphans.value else ""
-    if current:
-        common.check_attempt(current)
-    return orphans_of(orphans, age, current)
 
 
 COMMAND = Prune

@@ -2,158 +2,18 @@
 
 from __future__ import annotations
 
-from publish import layout, roots
-from publish.deadline import Deadline
-from publish.errors import Failure, UsageError
-from publish.redact import quoted, shown
-from publish.verbs import Say, common, shared
+from publish.ops import Say, command, scan_flags
+from publish.ops.publishing import DOOMED, doomed_folders, publish_entry, refuse_reserved
+from publish.rules import layout, roots
+from publish.rules.deadline import Deadline
+from publish.rules.errors import Failure, UsageError
+from publish.rules.redact import quoted, shown
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from publish.stores.base import Store
 
     Rows = list[tuple[str, int, str | None]]
-
-
-class Overlapped(Failure):
-    """A prune removed (or is removing) a save while it was being published: its entry, when this
-    publication made it, is withdrawn again, and the save is not published."""
-
-
-def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, path: str) -> bool:
-    """Write the manifest of the save at ``path``, then create its entry; print it, or say it was already
-    there (its manifest left alone).  True when created.
-
-    A prune may overlap.  Each side makes its mark, durable, before it reads the other's: this entry first,
-    then tomb/ is read (:func:`overlapped`); a prune writes its tombstones first, then reads pub/ (and keeps
-    what an entry published meanwhile relates to).  So at least one sees the other.  When this side sees a
-    tombstone relating to the save, or finds the save no longer whole (a prune that finished, tombstone
-    and all, before tomb/ was read), it withdraws the entry it made (and its manifest) and raises
-    :class:`Overlapped` naming the prune; ``published`` is printed only after both checks passed."""
-    where = shown(store.location(path))
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:  # a byte that is not UTF-8 in a name, kept by Python as a lone surrogate
-        raise Failure(
-            f"save {where}: its path below the root is not UTF-8, which an entry name must be"
-        ) from None
-    name = layout.name(epoch, step, path)
-    rows: Rows | None = None
-    if not store.exists(dl, f"{layout.PUB}/{name}"):
-        try:
-            rows = write_manifest(dl, store, name, path, say)
-        except Failure as e:  # a save a prune removes while it is hashed: said as such
-            try:
-                why = overlapped(dl, store, path, None)
-            except Failure:
-                raise e from None  # the store failing: its first failure is the one said
-            if why:
-                # the hashing's own failure adds what it met, unless it only says the save is gone
-                detail = f" ({e})" if why == DOOMED else ""
-                raise Overlapped(f"save {where}: {why}{detail}: not published") from None
-            raise
-    created = store.create_entry(dl, name)
-    why = overlapped(dl, store, path, rows)
-    if why:
-        if created:
-            withdraw(dl, store, name, rows is not None)
-            raise Overlapped(f"save {where}: {why}: its entry {name} withdrawn, not published")
-        raise Overlapped(f"save {where}: {why}: not published")
-    if created:
-        rebind(dl, store, name, path, rows, say)
-        say.out(f"published {name} (epoch {epoch}, step {step}, {where})")
-        return True
-    say.warn(f"{name} already published (epoch {epoch}, step {step}, {where})")
-    return False
-
-
-def overlapped(
-    dl: Deadline, store: Store, path: str, rows: Sequence[tuple[str, int, str | None]] | None
-) -> str:
-    """Why the save at ``path``, its entry made (the mark), is not to be published, or "": tomb/ (one LIST)
-    names it or a folder around or inside it (a prune is removing it), or, read after that, the save is no
-    longer what ``rows`` (its manifest) records, or (no rows) no longer there: a prune removed it before
-    tomb/ was read, its tombstone dropped already."""
-    if doomed_folders(dl, store).related(path):
-        return DOOMED
-    if rows:
-        bad = store.check_rows(dl, path, list(rows), deep=False)
-        if bad is not None:
-            return f"{shown(bad[0])}: {bad[1]}: a prune removed it meanwhile (or a hand changed it)"
-    elif not store.holds(dl, path):
-        return "a prune removed it meanwhile (or a hand did): it does not exist"
-    return ""
-
-
-def rebind(dl: Deadline, store: Store, name: str, path: str, rows: Rows | None, say: Say) -> None:
-    """Look at the manifest of the entry ``name`` again, now that this publication made the entry and read
-    tomb/, and write it again (``rows``, else from the save) if it is gone.  A prune that removed an entry
-    of the same name (an older publication of this save, epoch and step) removes its manifest by name
-    after the entry, so it may take the one this publication wrote; it reads pub/ after that removal and
-    writes the manifest again for an entry it finds there (publish.verbs.prune), and this look, after the
-    entry was made, covers an entry made after that read: one of the two sees the other."""
-    if store.exists(dl, f"{layout.MAN}/{name}"):
-        return
-    if rows is None:
-        write_manifest(dl, store, name, path, say)
-        return
-    from publish import manifest
-
-    store.write_manifest(dl, name, manifest.encode(name, list(rows)))
-
-
-def withdraw(dl: Deadline, store: Store, name: str, manifest: bool) -> None:
-    """Remove the entry ``name`` this publication made, then (``manifest``: it wrote it) its manifest."""
-    store.remove_entries(dl, [name])
-    if manifest:
-        store.remove_manifests(dl, [name])
-
-
-def write_manifest(dl: Deadline, store: Store, name: str, path: str, say: Say) -> Rows:
-    """Record every file of the save at ``path`` (size, and SHA-256 where the store can tell it) as the
-    manifest of the entry ``name``, durably: before the entry, so no entry made here is ever without one.
-    On POSIX, files the hashing had no time for (publish.stores.posix_saves.hash_budget) are said on
-    stderr: their rows hold sizes only.  Returns the rows written."""
-    from publish import manifest
-
-    rows = store.save_rows(dl, path, digests=True)
-    if store.cheap_listing:  # POSIX hashes every file it has time for (S3 rows never hold a digest)
-        unhashed = sum(1 for row in rows if row[2] is None)
-        if unhashed:
-            say.warn(
-                f"{shown(store.location(path))}: {unhashed} of {len(rows)} files not hashed within half "
-                "of what was left of -timeout: the manifest holds their sizes only (resolve -verify=deep "
-                "checks their sizes)"
-            )
-    store.write_manifest(dl, name, manifest.encode(name, rows))
-    return rows
-
-
-#: Why a save that a tombstone relates to is never published.
-DOOMED = "a prune was removing it (tomb/ names it, or a folder around or inside it)"
-
-
-def doomed_folders(dl: Deadline, store: Store) -> layout.Nest:
-    """The folders tomb/ names: a save one of them is, lies in or holds is being removed by a prune.
-
-    A name there that is no tombstone is left out here: prune and status refuse it, naming it, and a name
-    planted in tomb/ must not stop every scan of a job."""
-    folders = []
-    for name in store.list_tombs(dl):
-        try:
-            folders.append(layout.parse_tomb(name))
-        except ValueError:
-            continue
-    return layout.Nest(folders)
-
-
-def refuse_reserved(store: Store, path: str, what: str) -> None:
-    """Failure naming ``path`` when it is one of the root's own folders (or lies in pub/ or tomb/)."""
-    why = layout.reserved(path)
-    if why:
-        raise Failure(f"{what} {shown(store.location(path))}: never a save: {why}")
 
 
 def publish(dl: Deadline, store: Store, say: Say, path: str, epoch: int, step: int) -> None:
@@ -181,21 +41,21 @@ def _outranked(dl: Deadline, store: Store, say: Say, epoch: int) -> None:
         )
 
 
-class Publish(common.Command):
+class Publish(command.Command):
     name = "publish"
-    synopsis = f"publish publish {common.ROOT_FLAGS} [-epoch N] SAVE STEP"
+    synopsis = f"publish publish {command.ROOT_FLAGS} [-epoch N] SAVE STEP"
     summary = "publish one complete save"
 
     def __init__(self) -> None:
         super().__init__()
-        self.epoch = shared.epoch_flag(self.fs, "0")
+        self.epoch = scan_flags.epoch_flag(self.fs, "0")
 
-    def run(self, call: common.Call) -> int:
-        common.expect_args(call, ["SAVE", "STEP"])
+    def run(self, call: command.Call) -> int:
+        command.expect_args(call, ["SAVE", "STEP"])
         root = self.root(call)
-        epoch = shared.epoch(self.epoch, call.env)
+        epoch = scan_flags.epoch(self.epoch, call.env)
         try:
-            step = shared.decimal("STEP")(call.args[1])
+            step = scan_flags.decimal("STEP")(call.args[1])
         except ValueError as e:
             raise UsageError(f"invalid STEP {quoted(call.args[1])}: {e}") from None
         path = roots.below(root, call.args[0], call.cwd, "SAVE")  # before any credential source is tried

@@ -9,18 +9,19 @@ from __future__ import annotations
 import os
 import time
 
-from publish.deadline import Deadline
-from publish.errors import Failure, PublishError, UsageError
 from publish.frameworks import CHOICES, Framework
-from publish.layout import EXEC
-from publish.redact import shown
-from publish.threads import Flag, Worker
-from publish.verbs import Say, child, common, shared
-from publish.verbs.prune import Policy, bytes_flag, orphan_flags, orphans_of, policy_flags, policy_of
-from publish.verbs.resolve import resolve, resolve_tiers
-from publish.verbs.shared import describe
-from publish.verbs.slurm import LIVE, Batch, signame
-from publish.verbs.watch import SignalStop, Watcher, _bounded
+from publish.ops import Say, command, scan_flags
+from publish.ops.resolution import resolve, resolve_tiers
+from publish.ops.retention import Policy, bytes_flag, orphan_flags, orphans_of, policy_flags, policy_of
+from publish.ops.scan import SignalStop, Watcher, bounded
+from publish.ops.scan_flags import describe
+from publish.process import child
+from publish.process.slurm import LIVE, Batch, signame
+from publish.process.threads import Flag, Worker
+from publish.rules.deadline import Deadline
+from publish.rules.errors import Failure, PublishError, UsageError
+from publish.rules.layout import EXEC
+from publish.rules.redact import shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,10 +40,10 @@ if TYPE_CHECKING:
 
     Launch = Callable[[list[str], dict[str, str]], Child]
 
-    from publish.verbs.events import Events
-    from publish.verbs.idle import Budget
-    from publish.verbs.metrics import Metrics
-    from publish.verbs.mirror import Tiers
+    from publish.ops.events import Events
+    from publish.ops.idle import Budget
+    from publish.ops.metrics import Metrics
+    from publish.ops.tiers import Tiers
 
 
 class Signals(SignalStop):
@@ -186,7 +187,7 @@ def run(
     events: Events | None = None,
 ) -> int:
     """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish, or
-    after a requeue refused to an idle dispatch (publish.verbs.idle).  ``events`` (-on-publish, -on-mirror)
+    after a requeue refused to an idle dispatch (publish.ops.idle).  ``events`` (-on-publish, -on-mirror)
     are told of each publication, and given -timeout at the very end; they never change the status."""
     if requeue and (batch is None or not batch.job):
         raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
@@ -204,9 +205,9 @@ def run(
     resume = found[0] if found else ""
     budget = None
     if requeue:  # a run without -requeue imports nothing of the idle count
-        from publish.verbs.idle import Budget
+        from publish.ops.idle import Budget
 
-        # with -mirror the marks are on both tiers: the count survives a lost root (publish.verbs.idle)
+        # with -mirror the marks are on both tiers: the count survives a lost root (publish.ops.idle)
         budget = Budget(store, max_idle_requeues, resumed, None if tiers is None else tiers.mirror, source)
     say.warn(f"run: resuming from {resume}" if resume else "run: no save to resume from")
 
@@ -248,7 +249,7 @@ def run(
         scanner = _Scanner(watcher, say, interval, timeout)
         scans = scanner.start()
         if tiers is not None:
-            from publish.verbs.mirror import Uploader
+            from publish.ops.tiers import Uploader
 
             uploader = Uploader(tiers, interval)
             watcher.on_publish = uploader.wake
@@ -276,7 +277,7 @@ def run(
         fault = True
     else:
         try:
-            last = _bounded(watcher, Deadline(max(deadline - time.monotonic(), 0.001)))
+            last = bounded(watcher, Deadline(max(deadline - time.monotonic(), 0.001)))
         except Exception as e:
             say.warn(describe(e))
             fault = True
@@ -378,7 +379,7 @@ def _prune_and_requeue(
         if scanned is None:
             say.warn("run: prune left out: the last scan did not finish")
         else:
-            from publish.verbs.prune import prune
+            from publish.ops.retention import prune
 
             try:
                 removed = prune(scanned[1], scanned[0], say, keep)
@@ -425,10 +426,10 @@ def _may_requeue(budget: Budget | None, say: Say, job: str) -> tuple[bool, bool]
         return True, True
 
 
-class Run(shared.SavesCommand):
+class Run(scan_flags.SavesCommand):
     name = "run"
     synopsis = (
-        f"publish run {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
+        f"publish run {command.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
         "[-keep N [-keep-every K] [-keep-within D] [-keep-bytes SIZE] [-orphans [-orphans-age 1h]]] [-mirror URL [-mirror-keep M [-mirror-keep-bytes SIZE]]] [-on-publish CMD] [-on-mirror CMD] [-epoch N] [-attempt A] [-resume-arg FLAG] [-signal SIG] [-requeue [-max-idle-requeues K]] -- COMMAND [ARG...]"
     )
     summary = "resolve, run COMMAND while publishing its saves, pass stop signals on, scan once more, prune"
@@ -446,25 +447,25 @@ class Run(shared.SavesCommand):
         resume = "when there is a save, append `FLAG` and its location to COMMAND"
         self.resume_arg = fs.string("resume-arg", "", resume)
         sig = "a `SIG` passed on as SIGTERM and SIGINT are (e.g. USR1)"
-        self.signal = fs.custom("signal", None, sig, shared.parse_signal, "SIG")
+        self.signal = fs.custom("signal", None, sig, scan_flags.parse_signal, "SIG")
         requeue = "Slurm only: after a stop by a signal, ask Slurm to run the job again"
         self.requeue = fs.boolean("requeue", False, requeue)
         idle = "with -requeue: after `K` dispatches in a row were requeued without publishing, do not requeue"
         self.max_idle = fs.custom("max-idle-requeues", 3, idle, _decimal(0), "K")
 
-    def trap(self) -> shared.Trap:
+    def trap(self) -> scan_flags.Trap:
         signals = Signals()
-        return shared.Trap(signals, signals.note, self.signal.value)
+        return scan_flags.Trap(signals, signals.note, self.signal.value)
 
-    def run(self, call: common.Call) -> int:
-        shared.expect_command(call)
+    def run(self, call: command.Call) -> int:
+        scan_flags.expect_command(call)
         root = self.root(call)
         framework = self.chosen()
         if self.resume_arg.is_set and not self.resume_arg.value:
             raise UsageError("-resume-arg is empty")
-        attempt = common.flag_or_env(self.attempt, call.env, "DISPATCH_ATTEMPT")
-        attempt, epoch = attempt_and_epoch(attempt, shared.given_epoch(self.epoch, call.env), call.env)
-        common.check_attempt(attempt)
+        attempt = command.flag_or_env(self.attempt, call.env, "DISPATCH_ATTEMPT")
+        attempt, epoch = attempt_and_epoch(attempt, scan_flags.given_epoch(self.epoch, call.env), call.env)
+        command.check_attempt(attempt)
         timeout = self.timeout.value
         batch = Batch(call.env, timeout) if call.env.get("SLURM_JOB_ID") else None
         if self.requeue.value and batch is None:
@@ -479,7 +480,7 @@ class Run(shared.SavesCommand):
         tiers = None
         if self.mirror_root(call, root) or self.mirror_keep.is_set or self.mirror_keep_bytes.is_set:
             # else nothing of the mirror is imported
-            from publish.verbs.mirror import open_tiers
+            from publish.ops.tiers import open_tiers
 
             tiers = open_tiers(
                 self, call, root, store, orphan_age
@@ -514,7 +515,7 @@ def _decimal(minimum: int) -> Callable[[str], int]:
     one is given)."""
 
     def parse(text: str) -> int:
-        from publish.go.gocompat import parse_go_int
+        from publish.rules.go.gocompat import parse_go_int
 
         return parse_go_int(text, minimum=minimum)
 

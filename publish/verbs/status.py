@@ -6,17 +6,11 @@ is incomplete, or that a framework's check refuses, is reported, never a failure
 
 from __future__ import annotations
 
-from publish import layout
-from publish.deadline import Deadline
-from publish.errors import Failure, FileError, StoreError, UsageError
 from publish.frameworks import FRAMEWORKS, LISTED
-from publish.layout import EXEC, PUB, TOMB
-from publish.redact import shown
-from publish.stores.base import Store
-from publish.verbs import Say, common, shared
-from publish.verbs.capacity import policy_text, size_note, space_line
-from publish.verbs.idle import MARK
-from publish.verbs.prune import (
+from publish.ops import Say, command, scan_flags
+from publish.ops.capacity import policy_text, size_note, space_line
+from publish.ops.idle import MARK
+from publish.ops.retention import (
     NoSaves,
     Policy,
     Saves,
@@ -29,6 +23,12 @@ from publish.verbs.prune import (
     policy_of,
     would_remove,
 )
+from publish.rules import layout
+from publish.rules.deadline import Deadline
+from publish.rules.errors import Failure, FileError, StoreError, UsageError
+from publish.rules.layout import EXEC, PUB, TOMB
+from publish.rules.redact import shown
+from publish.stores.base import Store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def collect(
     given, the names of the idle marks in exec/ are added to it."""
     import time
 
-    from publish.timestamps import rfc3339
+    from publish.rules.timestamps import rfc3339
 
     store.check_root(dl)
     times = store.entry_times(dl)  # the same one LIST on S3 as the names alone
@@ -119,7 +119,7 @@ def collect(
         }
         for e, held in zip(ordered, there)
     ]
-    from publish.verbs import capacity
+    from publish.ops import capacity
 
     sized = capacity.measure(dl, store, publications)  # each one's bytes: one manifest read each
     published = {e.path for e in entries}
@@ -260,11 +260,11 @@ def _holding(dl: Deadline, store: Store, paths: list[str]) -> list[bool]:
 def _idle(
     publications: list[dict[str, Any]], files: list[str], mirrored: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    """run -requeue's count of idle requeues (publish.verbs.idle): the marks among ``files`` (exec/'s) of
+    """run -requeue's count of idle requeues (publish.ops.idle): the marks among ``files`` (exec/'s) of
     the save a dispatch would resume from now (the newest publication whose save exists; none: no save),
     and all marks.  With ``mirrored`` (the mirror's publications; ``files`` then both tiers' marks), that
     save is resolve -mirror's answer: the mirror's when its newest is newer, else the root's."""
-    from publish.verbs.idle import mark_prefix
+    from publish.ops.idle import mark_prefix
 
     marks = {name for name in files if name.startswith(MARK)}  # a mark on both tiers counts once
     newest = next((p for p in publications if p["exists"]), None)
@@ -298,10 +298,10 @@ def status(
     """Print the status document, as one JSON line or as text for a person.  With ``mirror`` (-mirror),
     the mirror's document too, under ``"mirror"``, and which publications it holds.  ``max_age`` and
     ``max_lag`` (-max-age, -max-mirror-lag): when what they bound is stale, a Failure naming it in one
-    line instead (publish.verbs.health)."""
+    line instead (publish.ops.health)."""
     pair = None
     if mirror is not None:
-        from publish.verbs.mirror import Tiers
+        from publish.ops.tiers import Tiers
 
         pair = Tiers(store, mirror, say, 0.0, mirror_keep)
         if isinstance(keep, Policy):
@@ -334,7 +334,7 @@ def status(
         # run -requeue -mirror's count: resolve -mirror's answer, the union of both tiers' marks
         doc["idle"] = _idle(doc["publications"], fast_marks + mirror_marks, mirrored["publications"])
     if max_age is not None or max_lag is not None:
-        from publish.verbs.health import check
+        from publish.ops.health import check
 
         check(doc, max_age, max_lag)
     if as_json:
@@ -347,7 +347,7 @@ def status(
 
 def _fact(e: Failure) -> str:
     """What failed, without a missing root's advice (publish init): the mirror is there."""
-    from publish.errors import MissingRoot
+    from publish.rules.errors import MissingRoot
 
     return e.fact if isinstance(e, MissingRoot) else str(e)
 
@@ -487,13 +487,13 @@ def text(doc: dict[str, Any]) -> list[str]:
         if plan["keep_every"]:
             policy += f" -keep-every {plan['keep_every']}"
         if plan["keep_within"] is not None:
-            from publish.go.gocompat import format_duration
+            from publish.rules.go.gocompat import format_duration
 
             policy += f" -keep-within {format_duration(plan['keep_within'])}"
         policy += policy_text(plan)
         orphans = plan.get("orphans")
         if orphans is not None:
-            from publish.go.gocompat import format_duration
+            from publish.rules.go.gocompat import format_duration
 
             policy += f" -orphans -orphans-age {format_duration(orphans['age'])}"
             if orphans["attempt"] is not None:
@@ -512,10 +512,10 @@ def text(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-class Status(common.Command):
+class Status(command.Command):
     name = "status"
     synopsis = (
-        f"publish status {common.ROOT_FLAGS} [-framework F] "
+        f"publish status {command.ROOT_FLAGS} [-framework F] "
         "[-keep N [-keep-every K] [-keep-within D] [-keep-bytes SIZE] [-orphans [-orphans-age 1h] [-attempt A]]] "
         "[-mirror URL [-mirror-keep M] [-max-mirror-lag D]] [-max-age D] [-json]"
     )
@@ -541,14 +541,14 @@ class Status(common.Command):
             "with -mirror: exit 1, naming it in one line, when the newest save not yet mirrored was published "
             "longer than the duration `D` ago",
         )
-        self.framework = shared.framework_flag(self.fs, f"only this framework's verdicts: {LISTED}")
+        self.framework = scan_flags.framework_flag(self.fs, f"only this framework's verdicts: {LISTED}")
         self.orphans, self.orphans_age = orphan_flags(self.fs)
         self.attempt = attempt_flag(self.fs)
-        self.mirror = common.mirror_flag(self.fs)
-        self.mirror_keep = shared.keep_flag(self.fs)
+        self.mirror = command.mirror_flag(self.fs)
+        self.mirror_keep = scan_flags.keep_flag(self.fs)
 
-    def run(self, call: common.Call) -> int:
-        common.expect_args(call, [])
+    def run(self, call: command.Call) -> int:
+        command.expect_args(call, [])
         if not self.keep.is_set and (self.keep_every.is_set or self.keep_within.is_set):
             raise UsageError("-keep-every and -keep-within apply to the prune -keep N shows: give -keep")
         if not self.keep.is_set and self.keep_bytes.is_set:

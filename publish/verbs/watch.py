@@ -2,289 +2,30 @@
 
 from __future__ import annotations
 
-import os
-
-from publish import layout, roots
-from publish.deadline import UNBOUNDED, Deadline
-from publish.errors import Failure, FileError, StoreError, UsageError
 from publish.frameworks import CHOICES, Framework
-from publish.layout import EXEC, MAN, PUB, TOMB
-from publish.redact import shown
-from publish.threads import Flag, Worker
-from publish.verbs import Say, common, shared
-from publish.verbs.publish import DOOMED, doomed_folders, publish_entry
+from publish.ops import Say, command, scan_flags
+from publish.ops.scan import SignalStop, Watcher, bounded
+from publish.process.threads import Flag
+from publish.rules import roots
+from publish.rules.deadline import UNBOUNDED, Deadline
+from publish.rules.errors import Failure, UsageError
+from publish.rules.layout import EXEC, MAN, PUB, TOMB
+from publish.rules.redact import shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Protocol
+    from typing import Protocol
 
+    from publish.ops.events import Events
+    from publish.ops.metrics import Metrics
+    from publish.ops.tiers import Tiers
     from publish.stores.base import Store
-    from publish.verbs.events import Events
-    from publish.verbs.metrics import Metrics
-    from publish.verbs.mirror import Tiers
 
     class Stop(Protocol):
-        """What ``watch`` waits on: a ``threading.Event`` (or publish.threads.Flag), or a :class:`SignalStop`."""
+        """What ``watch`` waits on: a ``threading.Event`` (or publish.process.threads.Flag), or a :class:`SignalStop`."""
 
         def is_set(self) -> bool: ...
         def wait(self, timeout: float | None = None) -> bool: ...
-
-
-class SignalStop:
-    """A stop flag that a signal handler may set.
-
-    ``threading.Event.set()`` takes a lock that the main thread holds for a moment inside ``Event.wait()``;
-    a handler that runs in that moment (handlers run in the main thread) waits for itself for ever, and a
-    flood of signals breaks the interpreter's handling altogether.  Here :meth:`set` takes no lock: it sets
-    a flag and writes one byte to a pipe, and :meth:`wait` sleeps in ``select`` on that pipe, so it wakes as
-    soon as the flag is set, from a handler or from another thread.
-    """
-
-    def __init__(self) -> None:
-        self._flag = False
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
-
-    def set(self) -> None:
-        self._flag = True
-        try:
-            os.write(self._write, b"\0")
-        except OSError:  # the pipe is full (it is awake already) or closed
-            return
-
-    def is_set(self) -> bool:
-        return self._flag
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if not self._flag:
-            import select
-
-            select.select([self._read], [], [], timeout)
-        return self._flag
-
-    def close(self) -> None:
-        os.close(self._read)
-        os.close(self._write)
-
-
-class Watcher:
-    """Scans SAVES and publishes complete saves in step order, each once.
-
-    ``lenient`` (``publish run``): a save whose marker is faulty is reported once and passed over, and
-    ``fault`` is set, instead of the scan failing; watch stops on it, naming the file.  Either way a child
-    of SAVES that cannot be examined (a link loop, a name too long, a permission) is named once on stderr
-    and passed over, and so is one that a framework recognises but can never publish.
-
-    One save never stops the others: a whole save that cannot be published (its own name is not UTF-8, as an
-    entry's must be; its manifest cannot be made, its files hashed, or its manifest written) is named once
-    and the scan goes on to the next; ``fault`` is set while it stays unpublished (such a save is tried
-    again on each scan, but for a name or a manifest that can never be).  A fault of the store itself (S3
-    failing, the root gone) still fails the scan."""
-
-    def __init__(
-        self,
-        store: Store,
-        say: Say,
-        framework: Framework,
-        saves: str,
-        epoch: int,
-        lenient: bool = False,
-        metrics: Metrics | None = None,
-        world_size: int = 0,
-    ) -> None:
-        self.metrics = metrics
-        self.world_size = world_size
-        self.store = store
-        self.say = say
-        self.framework = framework
-        self.saves = saves
-        self.epoch = epoch
-        self.lenient = lenient
-        self.faulty = False  # a save was passed over for good (a faulty marker under run, a name not UTF-8)
-        self.failing: dict[str, str] = {}  # folder -> why, for each whole save whose publication failed
-        self.done: set[str] = set()  # folders published, found published, or faulty; never looked at again
-        self.noted: set[tuple[str, str]] = set()  # (folder, kind) of each hint said, so each is said once
-        self.on_publish: Callable[[], None] | None = None  # called after each entry this scan creates
-        self.events: Events | None = None  # -on-publish: told of each entry this scan creates
-
-    @property
-    def fault(self) -> bool:
-        """A save was passed over, or is still not published for a fault of its own (each said once)."""
-        return self.faulty or bool(self.failing)
-
-    def scan(self, dl: Deadline) -> None:
-        """One scan; its store calls share ``dl``.  With metrics, the file is written after it, a failed
-        scan counted."""
-        if self.metrics is None:
-            self._scan(dl)
-            return
-        try:
-            self._scan(dl)
-            self.metrics.measure(dl, self.store, self.say.warn)  # what the root holds now
-        except BaseException:
-            self.metrics.count("publish_scan_errors_total")
-            raise
-        finally:
-            self.metrics.flush(self.say.warn)
-
-    def _scan(self, dl: Deadline) -> None:
-        candidates = []
-        unexamined: list[tuple[str, str]] = []
-        listed = (
-            self.store.list_files(dl, self.saves)
-            if self.framework.kind == "files"
-            else self.store.list_folders(dl, self.saves, unexamined)
-        )
-        for name, why in unexamined:
-            self._once(name, "unexamined", f"{self._where(name)}: cannot be examined ({why}): passed over")
-        for folder in listed:
-            if folder in self.done:
-                continue
-            step = self.framework.step(folder)
-            if step is not None:
-                candidates.append((step, folder))
-                continue
-            hint = self.framework.unpublishable(folder)
-            if hint:
-                self._once(folder, "unpublishable", f"{self._where(folder)}: {hint}")
-        doomed: layout.Nest | None = None  # the folders tomb/ names, read once a save is found whole
-        for step, folder in sorted(candidates):
-            path = f"{self.saves}/{folder}"
-            try:
-                whole = self.framework.complete(
-                    dl, self.store, path, step, self._note_for(folder), self.world_size
-                )
-            except FileError as e:
-                if e.unexaminable:
-                    self._once(folder, "unexamined", f"{e}: passed over (it cannot be examined)")
-                    continue
-                if not self.lenient:
-                    raise
-                self._failed(dl, folder, e)  # a disk error reading its marker: run goes on to the others
-                continue
-            except StoreError:
-                raise  # the store failing is no fault of this save
-            except Failure as e:
-                if not self.lenient:
-                    raise
-                self._passed_over(folder, str(e))
-                continue
-            if whole:
-                if doomed is None:
-                    doomed = doomed_folders(dl, self.store)
-                if doomed.related(path):
-                    # A prune killed while removing it left its tombstone: what is left of it may look whole
-                    # and is not; the next prune finishes removing it.
-                    self._once(folder, "doomed", f"{self._where(folder)}: {DOOMED}: not published")
-                    continue
-                if not utf8_name(path):
-                    self._passed_over(
-                        folder,
-                        f"save {self._where(folder)}: its name is not UTF-8, which an entry name must be",
-                    )
-                    continue
-                try:
-                    created = publish_entry(dl, self.store, self.say, self.epoch, step, path)
-                except FileError as e:  # a file of this save, or its manifest: this save's fault
-                    self._failed(dl, folder, e)
-                    continue
-                except StoreError:
-                    raise  # the store failing is no fault of this save
-                except Failure as e:
-                    from publish.manifest import ManifestError
-
-                    if isinstance(e, ManifestError):  # over a manifest's caps: it never will be published
-                        self._passed_over(folder, f"save {self._where(folder)}: {e}")
-                    else:  # gone while it was read, more files than a manifest may list
-                        self._failed(dl, folder, e)
-                    continue
-                self.failing.pop(folder, None)
-                if created:
-                    if self.metrics:
-                        self.metrics.published(step)
-                    if self.events is not None:  # before the mirror's pass is woken: its event comes first
-                        self.events.fire("root", self.store, self.epoch, step, path)
-                    if self.on_publish is not None:
-                        self.on_publish()
-                self.done.add(folder)
-
-    @property
-    def _verb(self) -> str:
-        return "run" if self.lenient else "watch"
-
-    def _passed_over(self, folder: str, why: str) -> None:
-        """``folder``'s save will never be published by this process (``why``): said once, never looked at
-        again."""
-        self.done.add(folder)
-        self.faulty = True
-        if self.metrics is not None:
-            self.metrics.count("publish_scan_errors_total")
-        self.say.warn(f"{why}: passed over (the other saves are published; {self._verb} will exit non-zero)")
-
-    def _failed(self, dl: Deadline, folder: str, e: Failure) -> None:
-        """The publication of ``folder``'s save failed for a fault of its own: said once, the scan goes on,
-        and each scan tries it again.  The root is looked at first: a root gone is the store's fault and
-        fails the scan."""
-        self.store.check_root(dl)
-        first = folder not in self.failing
-        self.failing[folder] = str(e)
-        if first:
-            if self.metrics is not None:
-                self.metrics.count("publish_scan_errors_total")
-            save = f"save {self._where(folder)}"
-            text = str(e) if str(e).startswith(save) else f"{save}: {e}"
-            if text.endswith(": not published"):  # a withdrawn publication says so already
-                text = text[: -len(": not published")]
-            self.say.warn(
-                f"{text}: not published, tried again on each scan (the other saves are published; "
-                f"{self._verb} will exit non-zero unless it is)"
-            )
-
-    def _where(self, name: str) -> str:
-        return shown(self.store.location(f"{self.saves}/{name}"))
-
-    def _once(self, folder: str, kind: str, text: str) -> None:
-        if (folder, kind) not in self.noted:
-            self.noted.add((folder, kind))
-            self.say.warn(text)
-
-    def _note_for(self, folder: str) -> Callable[[str], None]:
-        """A framework's hint about ``folder``, said on stderr once for the whole run."""
-
-        def note(text: str) -> None:
-            self._once(folder, "note", text)
-
-        return note
-
-
-def utf8_name(path: str) -> bool:
-    """True when ``path`` (a save's, below the root) is UTF-8, as an entry name must be (the manifest's
-    rule, imported only for a name that is not ASCII)."""
-    if path.isascii():
-        return True
-    from publish.manifest import utf8
-
-    return utf8(path)
-
-
-def _bounded(scan: Watcher, dl: Deadline) -> Deadline:
-    """One scan within ``dl`` (made from a timeout), given up once that passes even if a filesystem call
-    hangs; returns ``dl``."""
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            scan.scan(dl)
-        except BaseException as e:  # handed to the caller's thread
-            errors.append(e)
-
-    worker = Worker(run)
-    worker.join(dl.left())
-    if worker.is_alive():
-        raise Failure(f"the last scan of {scan.store.location(scan.saves)} did not finish within -timeout")
-    if errors:
-        raise errors[0]
-    return dl
 
 
 def watch(
@@ -312,7 +53,7 @@ def watch(
     uploader = None
     if tiers is not None:
         tiers.events = events
-        from publish.verbs.mirror import Uploader
+        from publish.ops.tiers import Uploader
 
         uploader = Uploader(tiers, interval)
         watcher.on_publish = uploader.wake
@@ -320,7 +61,7 @@ def watch(
         while not stop.is_set():
             watcher.scan(Deadline(timeout))
             stop.wait(interval)
-        _bounded(watcher, Deadline(timeout))
+        bounded(watcher, Deadline(timeout))
     except BaseException:
         if uploader is not None:
             uploader.halt.set()  # no more passes: watch fails now
@@ -330,24 +71,24 @@ def watch(
     return uploader.finish(timeout) and not uploader.fault and not watcher.fault
 
 
-class Watch(shared.SavesCommand):
+class Watch(scan_flags.SavesCommand):
     name = "watch"
     synopsis = (
-        f"publish watch {common.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
+        f"publish watch {command.ROOT_FLAGS} -framework {CHOICES} [-interval 10s] [-metrics FILE] [-world-size N] "
         "[-mirror URL [-mirror-keep M [-mirror-keep-bytes SIZE]]] [-on-publish CMD] [-on-mirror CMD] [-epoch N] [-attempt A] [SAVES]"
     )
     summary = "publish each save once it is complete, until SIGTERM or SIGINT"
     attempt_usage = "the execution `A`; SAVES defaults to ROOT/exec/A (env DISPATCH_ATTEMPT)"
     epoch_default = "0"
 
-    def trap(self) -> shared.Trap:
+    def trap(self) -> scan_flags.Trap:
         stop = SignalStop()
-        return shared.Trap(stop, lambda signum: stop.set())
+        return scan_flags.Trap(stop, lambda signum: stop.set())
 
-    def run(self, call: common.Call) -> int:
-        common.expect_args(call, ["SAVES"], optional=1)
+    def run(self, call: command.Call) -> int:
+        command.expect_args(call, ["SAVES"], optional=1)
         root = self.root(call)
-        epoch = shared.epoch(self.epoch, call.env)
+        epoch = scan_flags.epoch(self.epoch, call.env)
         framework = self.chosen()
         if call.args:
             saves = roots.below(root, call.args[0], call.cwd, "SAVES")
@@ -357,10 +98,10 @@ class Watch(shared.SavesCommand):
                     f"SAVES {shown(root.text.rstrip('/') + '/' + saves)} lies in the root's {first}/, which holds no saves"
                 )
         else:
-            attempt = common.flag_or_env(self.attempt, call.env, "DISPATCH_ATTEMPT")
+            attempt = command.flag_or_env(self.attempt, call.env, "DISPATCH_ATTEMPT")
             if not attempt:
                 raise UsageError("no SAVES argument and no attempt: give -attempt or set DISPATCH_ATTEMPT")
-            saves = f"{EXEC}/{common.check_attempt(attempt)}"
+            saves = f"{EXEC}/{command.check_attempt(attempt)}"
         metrics = self.metrics_for(call, root)
         world_size = self.world_size_of(call)
         events = self.events_for(call, framework, metrics)
@@ -368,7 +109,7 @@ class Watch(shared.SavesCommand):
         tiers = None
         if self.mirror_root(call, root) or self.mirror_keep.is_set or self.mirror_keep_bytes.is_set:
             # else nothing of the mirror is imported
-            from publish.verbs.mirror import open_tiers
+            from publish.ops.tiers import open_tiers
 
             tiers = open_tiers(self, call, root, store)
         stop = call.stop or Flag()

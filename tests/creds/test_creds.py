@@ -10,7 +10,7 @@ import pytest
 from publish.creds.directory import MAX_FILE, DirectorySource
 from publish.creds.fields import NotAnswering
 from publish.creds.sources import parse_sources, resolve
-from publish.errors import CredentialsError, Failure
+from publish.rules.errors import CredentialsError, Failure
 
 AK = "AKIAEXAMPLEKEY0001"
 SK = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout
+from publish.rules import layout
 from tests.conftest import Watch, remember_secret, run_cli
 from tests.support import dcp_shapes
 from tests.support.fault_proxy import FaultProxy, Respond

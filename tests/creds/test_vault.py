@@ -15,8 +15,8 @@ from publish.creds.fields import NotAnswering
 from publish.creds.location import DEFAULT_JWT, Location, parse_location
 from publish.creds.sources import parse_sources, resolve
 from publish.creds.vault import VaultSource
-from publish.errors import CredentialsError
-from publish.redact import url as redact
+from publish.rules.errors import CredentialsError
+from publish.rules.redact import url as redact
 from tests.support.netfixtures import Proxy
 from tests.support.ports import free_port
 from tests.support.vault_server import Bao

@@ -28,7 +28,7 @@ READ = (
     "import json, resource, sys\n"
     "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, resource.RLIM_INFINITY))\n"
     "from publish.frameworks.parse.dcp_metadata import storage_ends, Incomplete\n"
-    "from publish.errors import Failure\n"
+    "from publish.rules.errors import Failure\n"
     "data = sys.stdin.buffer.read()\n"
     "try:\n"
     "    print(json.dumps(storage_ends(data, 'm')))\n"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from publish.deadline import Deadline
-from publish.errors import Failure
 from publish.frameworks.parse import dcp_metadata, forked
 from publish.frameworks.parse.dcp_metadata import Incomplete, storage_ends
+from publish.rules.deadline import Deadline
+from publish.rules.errors import Failure
 from tests.conftest import REPO, need
 from tests.support.dcp_shapes import colliding, metadata
 from tests.support.pythons import SUPPORTED, python
@@ -405,7 +405,7 @@ def test_a_hard_cpu_limit_below_the_deadline_is_kept(tmp_path: Path) -> None:
         "from publish.frameworks.parse import dcp_metadata\n"
         "from publish.frameworks.parse.dcp_metadata import storage_ends\n"
         "dcp_metadata.FAST_BASE = 10.0  # the C reader's allowance: past the hard limit\n"
-        "from publish.deadline import Deadline\n"
+        "from publish.rules.deadline import Deadline\n"
         "from tests.support.dcp_shapes import metadata\n"
         "data = metadata({f'w{i}': {'relative_path': 'f', 'offset': i, 'length': 1} for i in range(3000)})\n"
         "print(storage_ends(data, 'm', Deadline(3600)))\n"

@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from publish.deadline import UNBOUNDED, Deadline
-from publish.errors import StoreError
 from publish.frameworks import FRAMEWORKS
 from publish.frameworks.parse import deepspeed_states
+from publish.ops import Say
+from publish.ops.scan import Watcher
+from publish.rules.deadline import UNBOUNDED, Deadline
+from publish.rules.errors import StoreError
 from publish.stores.posix import PosixStore
 from publish.stores.s3 import S3Store
-from publish.verbs import Say
-from publish.verbs.watch import Watcher
 from tests.conftest import REPO, Watch, need
 from tests.support import dcp_bombs
 from tests.support import deepspeed_saves as ds
@@ -247,7 +247,7 @@ def test_the_store_failing_while_the_model_states_are_read_is_the_stores_failure
 _READ = (
     "import json, resource, sys\n"
     "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, resource.RLIM_INFINITY))\n"
-    "from publish.deadline import Deadline\n"
+    "from publish.rules.deadline import Deadline\n"
     "from publish.frameworks import FRAMEWORKS\n"
     "from publish.stores.posix import PosixStore\n"
     "notes = []\n"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from publish.deadline import UNBOUNDED
 from publish.frameworks import FRAMEWORKS
 from publish.frameworks.parse import deepspeed_states
+from publish.rules.deadline import UNBOUNDED
 from publish.stores.posix import PosixStore
 from tests.conftest import REPO, need
 from tests.support import deepspeed_saves as ds

@@ -16,7 +16,7 @@ _SCRIPT = r"""
 import logging, os, sys, tempfile, threading
 sys.path.insert(0, sys.argv[1])
 from publish.frameworks.parse.dcp_metadata import storage_ends
-from publish.deadline import Deadline
+from publish.rules.deadline import Deadline
 from tests.support.dcp_shapes import metadata
 
 # Locks other threads hold across the fork: a plain lock, logging's module lock, and the import lock of a

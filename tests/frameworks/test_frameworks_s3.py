@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from publish.deadline import UNBOUNDED, Deadline
 from publish.frameworks import FRAMEWORKS
+from publish.ops import Say
+from publish.ops.scan import Watcher
+from publish.rules.deadline import UNBOUNDED, Deadline
 from publish.stores.s3 import S3Store
-from publish.verbs import Say
-from publish.verbs.watch import Watcher
 from tests.conftest import REPO, need
 from tests.support import dcp_shapes
 from tests.support.servers import S3Server

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from publish.deadline import UNBOUNDED
 from publish.frameworks import FRAMEWORKS
+from publish.ops import Say
+from publish.ops.scan import Watcher
+from publish.rules.deadline import UNBOUNDED
 from publish.stores.posix import PosixStore
-from publish.verbs import Say
-from publish.verbs.watch import Watcher
 from tests.conftest import REPO, Watch, need, run_cli
 from tests.support import dcp_shapes
 
@@ -211,7 +211,7 @@ def test_hf_a_sharded_save_waits_for_every_shard_its_index_names(tmp_path: Path)
     ],
 )
 def test_hf_a_faulty_shard_index_stops_watch(tmp_path: Path, index: bytes, why: str) -> None:
-    from publish.errors import Failure
+    from publish.rules.errors import Failure
     from tests.support.trainer_saves import real_state
 
     root = tmp_path / "ckpt"

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from publish.deadline import UNBOUNDED, Deadline
-from publish.errors import Failure
 from publish.frameworks import FRAMEWORKS
 from publish.frameworks.parse import megatron_args
+from publish.rules.deadline import UNBOUNDED, Deadline
+from publish.rules.errors import Failure
 from publish.stores.posix import PosixStore
 from tests.support import deepspeed_saves as ds
 from tests.support import megatron_saves as mg

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from publish.deadline import UNBOUNDED
 from publish.frameworks import FRAMEWORKS
+from publish.rules.deadline import UNBOUNDED
 from publish.stores.posix import PosixStore
 from tests.support import megatron_saves as mg
 from tests.support.framework_scans import S3Saves, Scans, posix, tree, writer

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from publish import hashing, percent, roots, urls
-from publish.errors import Failure, StoreError
+from publish.rules import hashing, percent, roots, urls
+from publish.rules.errors import Failure, StoreError
 from publish.s3 import s3xml, sigv4
 from publish.s3.s3retry import Counts
 

@@ -21,7 +21,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 for hidden in sys.argv[2].split(",") if sys.argv[2] else []:
     sys.modules[hidden] = None  # import of it raises ImportError, as in a build without it
-from publish import hashing
+from publish.rules import hashing
 from publish.http import lookup, net, tls
 from publish.s3 import s3xml
 from publish.frameworks.parse import dcp_metadata

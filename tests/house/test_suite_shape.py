@@ -56,7 +56,7 @@ def test_a_test_that_uses_a_server_carries_its_marker() -> None:
 #: the module object by publish.frameworks.Framework) and the snapshot library's public API.
 _PROTOCOL = {"KIND", "RANKED", "step_of", "complete", "unpublishable"}
 #: Known, and to move into tests/ (prune.py is being reworked): prune's plan, which only tests and bench call.
-_LEFT = {("publish.verbs.prune", "plan")}
+_LEFT = {("publish.ops.retention", "plan")}
 
 
 def test_no_dead_api_in_the_package() -> None:

@@ -349,7 +349,7 @@ HEAVY = [
 
 PROBE = """
 import sys
-import publish.urls
+import publish.rules.urls
 before = set(sys.modules)
 from publish.http import net
 resp = net.Connector(sys.argv[1]).request("GET", "/bytes/3", {}, timeout=5)
@@ -371,7 +371,7 @@ def test_plain_http_loads_no_tls_socket_or_http_client() -> None:
             check=True,
         ).stdout
     urls_loads, loaded = (set(line.split()) for line in out.splitlines())
-    # publish.urls (another module) still imports re and ipaddress, and with them enum, functools and
+    # publish.rules.urls (another module) still imports re and ipaddress, and with them enum, functools and
     # collections: only what importing it alone loaded is let off here, nothing the request loaded.
     assert sorted(m for m in HEAVY if m in loaded and m not in urls_loads) == []
     assert sorted(m for m in HEAVY if m in urls_loads) in (

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from publish import urls
 from publish.http import lookup, net, trust
+from publish.rules import urls
 from tests.support.netfixtures import Proxy, Server, TestCA
 from tests.support.ports import dead_port
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from publish.files import fileio
 from publish.http import net, trust
+from publish.rules.files import fileio
 from tests.support.netfixtures import Server, TestCA
 
 REPO = Path(__file__).resolve().parents[2]

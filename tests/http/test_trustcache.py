@@ -1,4 +1,4 @@
-"""A CA bundle as a hashed directory in the cache (publish.http.caname, publish.http.trustcache, publish.http.net).
+"""A CA bundle as a hashed directory in the cache (publish.rules.caname, publish.http.trustcache, publish.http.net).
 
 The subject hash is checked against OpenSSL's own (`openssl x509 -subject_hash`, and the hash links Debian
 keeps in /etc/ssl/certs); the cache against a real TLS server on loopback, a hostile neighbour's planted
@@ -27,8 +27,9 @@ from cryptography.x509.oid import NameOID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from publish.http import caname, net, trustcache
+from publish.http import net, trustcache
 from publish.http.trust import Trust
+from publish.rules import caname
 from tests.conftest import need
 from tests.support.netfixtures import Server, TestCA
 

@@ -23,8 +23,8 @@ from typing import Callable
 
 import pytest
 
-from publish import layout
-from publish.verbs.prune import plan
+from publish.ops.retention import plan
+from publish.rules import layout
 from tests.conftest import spawn
 from tests.support.crash import Driver, run
 from tests.support.reference_plan import latest

@@ -16,10 +16,10 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import pytest
 
-from publish import layout
-from publish.credentials import Credentials
-from publish.deadline import Deadline
-from publish.errors import StoreError
+from publish.rules import layout
+from publish.rules.credentials import Credentials
+from publish.rules.deadline import Deadline
+from publish.rules.errors import StoreError
 from publish.s3.s3client import DELETE_LIMIT, LIST_LIMIT, S3Client
 from publish.stores.s3 import S3Store
 from tests.conftest import remember_secret, run_cli

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from publish import layout
+from publish.rules import layout
 from tests.conftest import Result, remember_secret, run_cli
 from tests.support.netfixtures import _Base, _Running
 from tests.support.vault_server import Bao
@@ -296,7 +296,7 @@ def test_root_with_a_newline() -> None:
 
 def test_s3_key_with_a_newline_in_pub() -> None:
     """S3 keys reach messages through S3Client.where (a pure function: no server needed)."""
-    from publish.credentials import Credentials
+    from publish.rules.credentials import Credentials
     from publish.s3.s3client import S3Client
 
     client: Any = S3Client(Credentials("AKIAWHERETEST000KEY", "x" * 40, endpoint="http://127.0.0.1:9"), "bkt")

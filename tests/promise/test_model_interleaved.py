@@ -718,7 +718,7 @@ def test_idle_count_survives_a_lost_fast_root(
 ) -> None:
     """Invariant 6 (item (d) of the docstring): a job whose dispatches resume from the mirror's save after
     the fast root was lost, and publish nothing, is requeued ``-max-idle-requeues`` times, then not."""
-    from publish.verbs import slurm
+    from publish.process import slurm
     from publish.verbs.run import Signals
 
     requeues: list[str] = []

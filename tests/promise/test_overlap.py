@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import pytest
 
-from publish import layout
+from publish.rules import layout
 from tests.conftest import Lines, run_cli, spawn
 from tests.support.fault_proxy import Action, FaultProxy
 from tests.support.s3roots import Root, creds_dir
@@ -325,7 +325,7 @@ class Tiers:
 def once(argv: list[str]) -> Ran:
     """``publish <argv>`` in this process, its stop set: a watch scans once and finishes its uploads."""
     from publish.cli import main
-    from publish.threads import Flag
+    from publish.process.threads import Flag
 
     stop = Flag()
     stop.set()
@@ -338,7 +338,7 @@ def once(argv: list[str]) -> Ran:
 
 def whole_by_manifest(root: Root, name: str) -> bool:
     """The mirror holds every object the manifest of its entry ``name`` records, of that size."""
-    from publish import manifest
+    from publish.rules import manifest
 
     r = root
     data = r.s3.get_object(Bucket=r.bucket, Key=f"{r.prefix}/man/{name}")["Body"].read()
@@ -355,8 +355,8 @@ def mirror_race(
     monkeypatch: pytest.MonkeyPatch, t: Tiers, other: list[str], order: tuple[str, str], i: float, j: float
 ) -> tuple[Ran, Ran]:
     """A watch's mirror upload (its stop set at once) and ``other`` taking turns at the mirror's calls."""
-    from publish.threads import Flag
-    from publish.verbs import mirror
+    from publish.ops import tiers as mirror
+    from publish.process.threads import Flag
 
     stop = Flag()
     stop.set()

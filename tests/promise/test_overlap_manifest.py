@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout, manifest
+from publish.rules import layout, manifest
 from tests.conftest import run_cli
 from tests.support.turns import Ran, Turns
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout
+from publish.rules import layout
 from tests.conftest import REPO, base_env, command, run_cli
 from tests.support.trainer_saves import hf_save
 
@@ -218,7 +218,7 @@ def test_status_fails_on_a_disk_error_while_checking_a_save(
 ) -> None:
     """An I/O error is the store failing, as on S3: exit 1, not a "faulty" save."""
     hf_save(root / "exec/A", 5)
-    from publish.files import fileio
+    from publish.rules.files import fileio
 
     def failing(fd: int, limit: int) -> bytes:
         raise OSError(errno.EIO, os.strerror(errno.EIO))
@@ -232,8 +232,8 @@ def test_status_fails_on_a_disk_error_while_checking_a_save(
 
 
 def test_prune_drops_finished_tombstones_in_batches(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from publish.files import fsops
-    from publish.verbs import prune
+    from publish.ops import retention as prune
+    from publish.rules.files import fsops
 
     n = 2 * prune.TOMB_BATCH + 5
     for i in range(n):

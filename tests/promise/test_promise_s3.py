@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout
+from publish.rules import layout
 from tests.support.s3roots import Root
 from tests.support.servers import S3Server
 

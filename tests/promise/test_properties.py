@@ -12,9 +12,9 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from publish import layout
 from publish.cli import main
-from publish.verbs.prune import plan
+from publish.ops.retention import plan
+from publish.rules import layout
 from tests.support.reference_plan import latest
 from tests.support.reference_plan import related as reference_related
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from publish import layout
-from publish.deadline import UNBOUNDED
-from publish.errors import Failure
+from publish.rules import layout
+from publish.rules.deadline import UNBOUNDED
+from publish.rules.errors import Failure
 from publish.stores.base import Removal
 from publish.stores.posix import PosixStore
 from tests.conftest import need, run_cli

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from publish.deadline import Deadline
-from publish.errors import StoreError
+from publish.rules.deadline import Deadline
+from publish.rules.errors import StoreError
 from publish.s3.s3client import GET_LIMIT, S3Client
 from tests.support.fault_proxy import Drop, FaultProxy, ForwardThenDrop, Respond, Stall
 from tests.support.netfixtures import Seen

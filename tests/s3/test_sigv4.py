@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from publish.credentials import Credentials
+from publish.rules.credentials import Credentials
 from publish.s3 import sigv4
 
 _HERE = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import publish.snapshots as snapshots
-from publish import snapshot_format
+from publish.rules import snapshot_format
 
 REPO = Path(__file__).resolve().parents[2]
 IDENT = "0123456789abcdef0123456789abcdef"
@@ -174,7 +174,7 @@ def test_the_snapshot_framework_checks_by_the_format_without_the_library(tmp_pat
     path = _snapshot(tmp_path, 7)
     code = (
         "import sys\n"
-        "from publish.deadline import UNBOUNDED\n"
+        "from publish.rules.deadline import UNBOUNDED\n"
         "from publish.frameworks import FRAMEWORKS\n"
         "from publish.stores.posix import PosixStore\n"
         f"whole = FRAMEWORKS['snapshot'].complete(UNBOUNDED, PosixStore({str(tmp_path)!r}), {path!r}, 7)\n"
@@ -190,10 +190,10 @@ def test_the_snapshot_framework_checks_by_the_format_without_the_library(tmp_pat
 def test_the_snapshot_frameworks_read_caps_follow_the_formats(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from publish.deadline import UNBOUNDED
-    from publish.errors import Failure
     from publish.frameworks import FRAMEWORKS
     from publish.frameworks.snapshot import READ_FACTOR
+    from publish.rules.deadline import UNBOUNDED
+    from publish.rules.errors import Failure
     from publish.stores.posix import PosixStore
 
     framework, store = FRAMEWORKS["snapshot"], PosixStore(str(tmp_path))

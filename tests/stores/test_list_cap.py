@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout
 from publish.cli import main
-from publish.deadline import Deadline
-from publish.errors import StoreError
+from publish.rules import layout
+from publish.rules.deadline import Deadline
+from publish.rules.errors import StoreError
 from publish.s3 import s3client
 from publish.s3.s3client import S3Client
 from publish.s3.s3xml import Listing

@@ -11,9 +11,9 @@ from typing import Callable
 
 import pytest
 
-from publish import layout
-from publish.deadline import UNBOUNDED
-from publish.errors import Failure
+from publish.rules import layout
+from publish.rules.deadline import UNBOUNDED
+from publish.rules.errors import Failure
 from publish.stores.base import Removal
 from publish.stores.posix import PosixStore
 from tests.conftest import REPO, Watch, run_cli
@@ -294,7 +294,7 @@ def remove_deep_tree(root: Path) -> None:
     os.close(fd)
     code = (
         "import resource, sys\n"
-        "from publish.deadline import UNBOUNDED\n"
+        "from publish.rules.deadline import UNBOUNDED\n"
         "from publish.stores.posix import PosixStore\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (40, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
         "print(PosixStore(sys.argv[1]).remove_folder(UNBOUNDED, 'exec/A/checkpoint-1'))\n"
@@ -323,7 +323,7 @@ def swap_after_lstat(
     monkeypatch: pytest.MonkeyPatch, target: Path, replace: Callable[[Path], None]
 ) -> list[Path]:
     """The first lstat of ``target``'s name (anywhere) returns what it saw, then ``replace`` swaps it."""
-    import publish.files.fsops as fsops
+    import publish.rules.files.fsops as fsops
 
     real, swapped = fsops.lstat_at, []
 

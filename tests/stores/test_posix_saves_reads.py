@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from publish.deadline import Deadline
+from publish.rules.deadline import Deadline
 from publish.stores import posix_saves
 from publish.stores.posix_root import RootDirs
 

@@ -10,9 +10,9 @@ from typing import Callable
 
 import pytest
 
-from publish import layout
-from publish.deadline import UNBOUNDED
-from publish.errors import Failure, FileError
+from publish.rules import layout
+from publish.rules.deadline import UNBOUNDED
+from publish.rules.errors import Failure, FileError
 from publish.stores.posix import PosixStore
 from tests.support.store_contract import StoreContract
 
@@ -184,7 +184,7 @@ def test_pub_that_is_a_file_is_an_error(store: PosixStore, root: Path) -> None:
 
 
 def test_read_at_most_reads_whole_files_up_to_the_limit(tmp_path: Path) -> None:
-    from publish.files.fileio import read_at_most
+    from publish.rules.files.fileio import read_at_most
 
     for size, limit, expected in [
         (0, 0, b""),

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from publish import layout
-from publish.deadline import UNBOUNDED
+from publish.rules import layout
+from publish.rules.deadline import UNBOUNDED
 from publish.stores.posix import PosixStore
 
 #: Leftovers of hostile names: a newline, a leading dash, not ASCII, a tombstone name of 232 bytes.

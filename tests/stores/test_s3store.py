@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from publish import layout
-from publish.credentials import Credentials
-from publish.deadline import UNBOUNDED, Deadline
-from publish.errors import StoreError
+from publish.rules import layout
+from publish.rules.credentials import Credentials
+from publish.rules.deadline import UNBOUNDED, Deadline
+from publish.rules.errors import StoreError
 from publish.stores.s3 import PROBE_NAME, S3Store
 from tests.support.fault_proxy import FaultProxy, Respond
 from tests.support.servers import S3Server, Weed
@@ -399,7 +399,7 @@ def test_expired_token_once_is_renewed(weed: Weed, fault_proxy: FaultProxy) -> N
 
 
 def test_a_renewer_that_fails_stops_the_request(weed: Weed, fault_proxy: FaultProxy) -> None:
-    from publish.errors import CredentialsError
+    from publish.rules.errors import CredentialsError
 
     bucket, prefix = weed.shared_bucket(), fresh_prefix()
     fault_proxy.add(Respond(400, "ExpiredToken", "The provided token has expired."), times=1)

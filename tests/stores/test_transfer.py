@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from publish.deadline import Deadline
-from publish.errors import UploadError
+from publish.rules.deadline import Deadline
+from publish.rules.errors import UploadError
 from publish.stores import transfer
 from publish.stores.posix import PosixStore
 from publish.stores.s3 import S3Store

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from publish.credentials import Credentials
-from publish.deadline import Deadline
-from publish.errors import UploadError
+from publish.rules.credentials import Credentials
+from publish.rules.deadline import Deadline
+from publish.rules.errors import UploadError
 from publish.stores.posix import PosixStore
 from publish.stores.s3 import S3Store
 from publish.stores.transfer import MIB, upload_save

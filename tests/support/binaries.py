@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import publish
-from publish import layout
+from publish.rules import layout
 from tests.conftest import need
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from publish import layout
 from publish.cli import main
-from publish.deadline import Deadline
+from publish.rules import layout
+from publish.rules.deadline import Deadline
 from publish.stores.posix import PosixStore
 from tests.conftest import REPO, base_env
 
@@ -115,7 +115,7 @@ def build(base: Path, name: str, folders: int = 12, files: int = 4, big: int = 1
         layout.Entry(0, 1, "exec/a/checkpoint-2/nested"),
         layout.Entry(0, 2, f"exec/b/checkpoint-{folders - 1}/nested"),  # inside a save that stays
     ]
-    from publish import manifest
+    from publish.rules import manifest
 
     (root / "man").mkdir()
     for entry in made:

@@ -10,12 +10,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from publish.deadline import Deadline
 from publish.frameworks import FRAMEWORKS
+from publish.ops import Say
+from publish.ops.scan import Watcher
+from publish.rules.deadline import Deadline
 from publish.stores.posix import PosixStore
 from publish.stores.s3 import S3Store
-from publish.verbs import Say
-from publish.verbs.watch import Watcher
 from tests.conftest import REPO, need
 from tests.support.servers import S3Server
 

@@ -6,9 +6,9 @@ store protocol (publish/stores/base.py) the calling thread parks and waits for i
 runs between two store operations; :meth:`Scheduler.drive` picks which one goes next with ``choose``, given
 what each thread waits at (the test draws it from Hypothesis, so a failing order shrinks and replays).
 
-The threads a command starts itself (``publish.threads.Worker``: the uploads beside the scans, a run's
+The threads a command starts itself (``publish.process.threads.Worker``: the uploads beside the scans, a run's
 scanner, the bounded last scan) are threads of the same actor, parked as they start.  A wait on a
-``publish.threads.Flag`` (a join, an uploader's nap) parks too: it goes on once the flag is set, and a wait
+``publish.process.threads.Flag`` (a join, an uploader's nap) parks too: it goes on once the flag is set, and a wait
 with a timeout may also be chosen to end as if the time had run out (offered last, so a shrunk example
 only times out when it must).  When an actor's main thread returns, the process it stands for has ended:
 its other threads are never run again (each is unwound at its next park, touching nothing more).
@@ -224,7 +224,8 @@ class Gated:
 def gated_stores() -> Iterator[None]:
     """For the whole test: every store a command opens is :class:`Gated`, every Worker and Flag wait of
     an actor's thread goes through the active scheduler."""
-    from publish import stores, threads
+    from publish import stores
+    from publish.process import threads
 
     real_open = stores.open
     real_init, real_wait = threads.Worker.__init__, threads.Flag.wait

@@ -52,7 +52,7 @@ class Hung(AssertionError):
 def fresh_registry() -> Any:
     """The credential registry as it is now, and a function that puts it back: each in-process run starts
     from it, as each run of the real command starts with none of the credentials an earlier run read."""
-    from publish import redact
+    from publish.rules import redact
 
     saved = (set(redact._secrets), set(redact._windows), set(redact._short))
 
@@ -185,10 +185,10 @@ class PosixRoot:
     def cut_prune(self, keep: int, cut: int, land: bool) -> tuple[bool, Result]:
         """A prune stopped dead after ``cut`` of its steps (each tombstone, entry, half a folder): True when
         it was cut short."""
-        from publish.deadline import UNBOUNDED
+        from publish.ops import Say
+        from publish.ops.retention import prune
+        from publish.rules.deadline import UNBOUNDED
         from publish.stores.posix import PosixStore
-        from publish.verbs import Say
-        from publish.verbs.prune import prune
         from tests.support.crash import Cut, Killed
 
         out: list[str] = []

@@ -2,7 +2,7 @@
 # tests/support/other_pythons.sh build | test LOGDIR: ./test's passes on the oldest and the newest CPython that
 # pyenv keeps here (3.9 and 3.13).
 #   build: dist/py3.9 and dist/py3.13, the default one file built with each as the build Python (./test runs
-#          tests/test_cli.py and tests/house/test_binary.py against each, with the main .venv, which has the S3
+#          tests/cli/test_cli.py and tests/house/test_binary.py against each, with the main .venv, which has the S3
 #          server those tests use).
 #   test:  the tests that need no server, on each, in a light virtual environment of its own (.venv-py3.9,
 #          .venv-py3.13: tests/support/requirements-other-pythons.txt, no torch, no servers), the two side by

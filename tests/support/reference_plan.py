@@ -5,7 +5,7 @@ entries is the latest (layout.latest_of answers it from the names)."""
 
 from __future__ import annotations
 
-from publish import layout
+from publish.rules import layout
 
 
 def related(a: str, b: str) -> bool:

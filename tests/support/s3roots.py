@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from publish.layout import ROOT_OBJECT
+from publish.rules.layout import ROOT_OBJECT
 from publish.stores.s3 import ROOT_BODY
 from tests.conftest import Result, remember_secret, run_cli
 from tests.support.servers import S3Server

@@ -103,7 +103,7 @@ class S3Server:
         client.close()
 
     def credentials(self, **changes: str) -> Any:
-        from publish.credentials import Credentials
+        from publish.rules.credentials import Credentials
 
         fields = {
             "access_key_id": self.access_key,

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout
+from publish.rules import layout
 from tests.conftest import REPO, base_env, command, need, run_cli
 from tests.support.ports import free_port
 

@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 import pytest
 
-from publish import layout
-from publish.deadline import UNBOUNDED, Deadline
-from publish.errors import Failure, StoreError
+from publish.rules import layout
+from publish.rules.deadline import UNBOUNDED, Deadline
+from publish.rules.errors import Failure, StoreError
 from publish.stores.base import LastChange, Store
 
 MakeFile = Callable[..., None]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from publish import layout, manifest
+from publish.rules import layout, manifest
 from tests.conftest import REPO, Result, Watch, base_env, command, need, run_cli
 from tests.support import dcp_shapes
 from tests.support.s3roots import Root
@@ -46,7 +46,7 @@ def watch_last_scan(root: Path, *flags: str) -> Result:
     """A watch stopped before it started: it makes its last scan and exits (in-process: its stderr may hold
     bytes that are not UTF-8)."""
     from publish.cli import main
-    from publish.threads import Flag
+    from publish.process.threads import Flag
 
     stop = Flag()
     stop.set()
@@ -374,7 +374,7 @@ def test_a_disk_error_on_one_save_s_marker_stops_plain_watch_but_not_run(
     saves = root / "exec" / "a"
     for step in (2, 3):
         hf_save(saves, step)
-    from publish.files import fileio
+    from publish.rules.files import fileio
 
     real = fileio.read_at_most
     marker = str(saves / "checkpoint-2" / "trainer_state.json")

@@ -22,10 +22,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from publish import layout
-from publish.redact import shown
-from publish.sizes import human
-from publish.verbs.prune import Policy, Saves
+from publish.ops.retention import Policy, Saves
+from publish.rules import layout
+from publish.rules.redact import shown
+from publish.rules.sizes import human
 from tests.conftest import REPO, base_env, command, run_cli
 from tests.support.s3roots import Root
 from tests.support.servers import S3Server, Weed
@@ -231,7 +231,7 @@ class _Saves(Saves):
         return path in self.there
 
     def size(self, entry: layout.Entry) -> Any:
-        from publish.verbs.capacity import Size
+        from publish.ops.capacity import Size
 
         return Size(self.there[entry.path], "manifest")
 
@@ -247,7 +247,7 @@ def test_the_rule_for_any_saves(saves: list[tuple[int, bool, bool]], keep: int, 
     every save not yet mirrored stays; what stays of the saves that exist and are mirrored, with the saves
     not yet mirrored newer than them, adds up to at most the cap unless only the newest is kept; and what
     stays is never more than -keep alone would keep; no save stays while a newer one goes."""
-    from publish.verbs.prune import Schedule, split
+    from publish.ops.retention import Schedule, split
 
     entries = [layout.Entry(0, i, f"exec/a/checkpoint-{i}") for i in range(len(saves))]
     there = {e.path: size for e, (size, exists, _) in zip(entries, saves) if exists}

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout
-from publish.layout import PUB
+from publish.rules import layout
+from publish.rules.layout import PUB
 from tests.conftest import REPO, Watch, base_env, run_cli, spawn
 from tests.support.trainer_saves import hf_save, real_state
 
@@ -364,8 +364,8 @@ def test_a_plain_run_imports_nothing_of_the_events(tmp_path: Path) -> None:
     root = tmp_path / "root"
     run_cli("init", "-checkpoint", str(root))
     saves(root, "A", [1])
-    assert "publish.verbs.events" not in _loaded(root)
-    assert "publish.verbs.events" in _loaded(root, "-on-publish", "true")
+    assert "publish.ops.events" not in _loaded(root)
+    assert "publish.ops.events" in _loaded(root, "-on-publish", "true")
 
 
 # -- S3

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout
-from publish.redact import shown
+from publish.rules import layout
+from publish.rules.redact import shown
 from tests.conftest import Result, run_cli
 from tests.support.s3roots import Root
 from tests.support.servers import S3Server, Weed

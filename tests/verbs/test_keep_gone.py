@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from publish import layout
-from publish.deadline import Deadline
-from publish.errors import FileError
-from publish.redact import shown
+from publish.rules import layout
+from publish.rules.deadline import Deadline
+from publish.rules.errors import FileError
+from publish.rules.redact import shown
 from publish.stores.posix import PosixStore
 from tests.conftest import base_env, command, need, run_cli
 from tests.support.fault_proxy import FaultProxy, Respond

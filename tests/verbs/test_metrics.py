@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from publish.verbs.metrics import CAPACITY, SERIES, Metrics
+from publish.ops.metrics import CAPACITY, SERIES, Metrics
 from tests.conftest import REPO, base_env, command, run_cli
 from tests.support.trainer_saves import hf_save
 
@@ -126,7 +126,7 @@ def _raw_root(tmp_path: Path) -> Path:
 def test_run_writes_metrics_for_a_root_whose_name_is_not_utf8(tmp_path: Path) -> None:
     """Issue #31 (-metrics and a root that is not UTF-8): run publishes and the file is one the text format's
     parser reads, its root label the root's Go %q (as messages show such a name), not an internal error."""
-    from publish.go.gocompat import go_quote
+    from publish.rules.go.gocompat import go_quote
 
     root = _raw_root(tmp_path)
     prom = tmp_path / "run.prom"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from publish import layout
+from publish.rules import layout
 from tests.conftest import REPO, Lines, Watch, run_cli
 from tests.support.binaries import catches_sigterm
 from tests.support.s3roots import Root
@@ -185,12 +185,12 @@ def test_hostile_names_are_mirrored_as_they_are(s3_server: Any, tmp_path: Path, 
 def test_the_mirror_entry_is_created_after_every_object(weed: Any, tmp_path: Path, monkeypatch: Any) -> None:
     """In-process: at the moment the mirror's entry is created, every object of the save is there."""
     monkeypatch.delenv("PUBLISH_BIN", raising=False)
-    from publish.deadline import Deadline
-    from publish.roots import S3Root
+    from publish.ops import Say
+    from publish.ops.tiers import Tiers as Pair
+    from publish.rules.deadline import Deadline
+    from publish.rules.roots import S3Root
     from publish.stores import open as open_store
     from publish.stores.posix import PosixStore
-    from publish.verbs import Say
-    from publish.verbs.mirror import Tiers as Pair
 
     t = Tiers(weed, tmp_path)
     folder = t.save(5, files=4, size=50_000)
@@ -215,7 +215,7 @@ def test_the_mirror_entry_is_created_after_every_object(weed: Any, tmp_path: Pat
     files = sorted(f"{path}/{f.name}" for f in folder.iterdir())
     assert seen == [[*files, f"man/{name}"]]
     assert t.mirror.entries() == [name]
-    from publish import manifest
+    from publish.rules import manifest
 
     got = t.mirror.s3.get_object(Bucket=t.mirror.bucket, Key=f"{t.mirror.prefix}/man/{name}")["Body"].read()
     rows = manifest.decode(name, got)
@@ -229,7 +229,7 @@ def test_a_failed_upload_leaves_no_mirror_entry_and_the_fast_prune_keeps_it(
     every save is mirrored and the fast root is pruned to one."""
     monkeypatch.delenv("PUBLISH_BIN", raising=False)
     import publish.stores.transfer as transfer
-    from publish.errors import Failure
+    from publish.rules.errors import Failure
 
     t = Tiers(weed, tmp_path)
     for step in (1, 2, 3):
@@ -647,12 +647,12 @@ def test_a_stalled_upload_never_holds_up_a_publication_or_a_stop(weed: Any, tmp_
 
 def test_the_save_being_uploaded_is_protected_even_once_mirrored(weed: Any, tmp_path: Path) -> None:
     """Tiers.protected, which the root's prune keeps: the pending entries, and the one being uploaded."""
-    from publish.deadline import Deadline
-    from publish.roots import S3Root
+    from publish.ops import Say
+    from publish.ops.tiers import Tiers as Pair
+    from publish.rules.deadline import Deadline
+    from publish.rules.roots import S3Root
     from publish.stores import open as open_store
     from publish.stores.posix import PosixStore
-    from publish.verbs import Say
-    from publish.verbs.mirror import Tiers as Pair
 
     t = Tiers(weed, tmp_path)
     names = [layout.name(1, s, f"exec/a/checkpoint-{s}") for s in (1, 2, 3)]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout
+from publish.rules import layout
 from tests.conftest import Result, run_cli
 from tests.support.fault_proxy import FaultProxy, Rule, Stall
 from tests.support.ports import dead_port

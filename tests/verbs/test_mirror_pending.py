@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from publish import layout
+from publish.rules import layout
 from tests.conftest import run_cli
 from tests.support.s3roots import Root
 from tests.support.trainer_saves import hf_save
@@ -127,12 +127,12 @@ def test_pending_asks_the_mirror_only_as_far_as_needed(weed: Any, tmp_path: Path
     ones counted: the fast root's older saves were never pending.)"""
     import time
 
-    from publish.deadline import Deadline
-    from publish.roots import S3Root
+    from publish.ops import Say
+    from publish.ops.tiers import Tiers as Pair
+    from publish.rules.deadline import Deadline
+    from publish.rules.roots import S3Root
     from publish.stores import open as open_store
     from publish.stores.posix import PosixStore
-    from publish.verbs import Say
-    from publish.verbs.mirror import Tiers as Pair
 
     t = Tiers(weed, tmp_path)
     mine = [layout.name(0, s, f"exec/a/checkpoint-{s}") for s in (1, 2)]

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from publish import layout, timestamps
-from publish.deadline import UNBOUNDED
-from publish.files import fsops, walks
-from publish.redact import shown
+from publish.ops import Say
+from publish.ops.orphans import Orphans
+from publish.ops.retention import Policy, prune
+from publish.rules import layout, timestamps
+from publish.rules.deadline import UNBOUNDED
+from publish.rules.files import fsops, walks
+from publish.rules.redact import shown
 from publish.stores.posix import PosixStore
-from publish.verbs import Say
-from publish.verbs.orphans import Orphans
-from publish.verbs.prune import Policy, prune
 from tests.conftest import base_env, run_cli
 from tests.support.crash import Cut, Killed, tree
 from tests.support.s3roots import Root
@@ -430,7 +430,7 @@ def test_an_attempt_holding_a_control_character_is_refused_and_the_attempt_it_me
     newline taken as one: prune -orphans refuses it as a usage error, as it refuses one holding ``/``, from
     the flag and from DISPATCH_ATTEMPT, and the current attempt's folder stays with nothing removed (it was
     taken for another attempt, and exec/C went as a leftover)."""
-    from publish.go.gocompat import go_quote
+    from publish.rules.go.gocompat import go_quote
 
     root = posix_root(tmp_path)
     time.sleep(WAIT)  # every leftover old enough for -orphans-age
@@ -459,7 +459,7 @@ def test_every_verb_refuses_an_attempt_holding_a_control_character(
 ) -> None:
     """Issue #31: watch, run and status refuse such an attempt as prune does, from the flag and from
     DISPATCH_ATTEMPT, before anything is touched: the root (missing here) is not made by run, nor watched."""
-    from publish.go.gocompat import go_quote
+    from publish.rules.go.gocompat import go_quote
 
     root = tmp_path / "new-root"
     flag, env = (["-attempt", attempt], {}) if source == "flag" else ([], {"DISPATCH_ATTEMPT": attempt})

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout
-from publish.deadline import UNBOUNDED
+from publish.ops import Say
+from publish.ops.orphans import Orphans
+from publish.ops.retention import Policy, prune
+from publish.rules import layout
+from publish.rules.deadline import UNBOUNDED
 from publish.stores.posix import PosixStore
-from publish.verbs import Say
-from publish.verbs.orphans import Orphans
-from publish.verbs.prune import Policy, prune
 from tests.conftest import run_cli
 from tests.support.crash import Cut, Killed
 

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from publish import layout
-from publish.deadline import UNBOUNDED
+from publish.ops import Say
+from publish.ops.retention import plan, prune
+from publish.rules import layout
+from publish.rules.deadline import UNBOUNDED
 from publish.stores.posix import PosixStore
-from publish.verbs import Say
-from publish.verbs.prune import plan, prune
 from tests.conftest import Watch, run_cli
 from tests.support import dcp_shapes
 from tests.support.crash import Cut, Driver, Killed, build, run, tree

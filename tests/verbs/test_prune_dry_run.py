@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from publish import layout
-from publish.deadline import UNBOUNDED
+from publish.ops import Say
+from publish.ops.retention import prune
+from publish.rules import layout
+from publish.rules.deadline import UNBOUNDED
 from publish.stores.posix import PosixStore
-from publish.verbs import Say
-from publish.verbs.prune import prune
 from tests.conftest import run_cli
 from tests.support.crash import Cut, Killed, build, tree
 from tests.support.s3roots import Root

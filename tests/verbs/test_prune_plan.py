@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from publish import layout
-from publish.errors import Failure
-from publish.verbs.prune import plan
+from publish.ops.retention import plan
+from publish.rules import layout
+from publish.rules.errors import Failure
 from tests.support.reference_plan import quadratic_plan, related
 
 common = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

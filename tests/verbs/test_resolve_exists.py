@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout
-from publish.deadline import Deadline
-from publish.errors import Failure
+from publish.rules import layout
+from publish.rules.deadline import Deadline
+from publish.rules.errors import Failure
 from publish.stores.posix import PosixStore
 from publish.stores.s3 import S3Store
 from tests.conftest import REPO, command, need, run_cli

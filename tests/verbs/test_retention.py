@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from publish import layout, timestamps
-from publish.verbs.prune import Policy, split
+from publish.ops.retention import Policy, split
+from publish.rules import layout, timestamps
 from tests.conftest import run_cli
 from tests.support.s3roots import Root
 from tests.support.servers import S3Server

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout
-from publish.deadline import UNBOUNDED
-from publish.errors import Failure
+from publish.rules import layout
+from publish.rules.deadline import UNBOUNDED
+from publish.rules.errors import Failure
 from publish.verbs import run as run_verb
 from tests.conftest import REPO, base_env, run_cli
 from tests.support.running import Running
@@ -300,10 +300,10 @@ def test_usage_errors(root: Path, tmp_path: Path, args: list[str], message: str)
 
 
 def test_run_called_without_a_slurm_job_refuses_requeue_in_the_same_words(tmp_path: Path) -> None:
-    from publish.errors import UsageError
     from publish.frameworks import FRAMEWORKS
+    from publish.ops import Say
+    from publish.rules.errors import UsageError
     from publish.stores.posix import PosixStore
-    from publish.verbs import Say
 
     signals = run_verb.Signals()
     try:
@@ -360,8 +360,8 @@ def test_on_slurm_a_signal_is_passed_on_and_the_job_requeued_only_while_it_runs(
     root: Path, state: str, refuse: bool, status: int, calls: list[str]
 ) -> None:
     from publish.frameworks import FRAMEWORKS
+    from publish.ops import Say
     from publish.stores.posix import PosixStore
-    from publish.verbs import Say
 
     # COMMAND exits 143 on SIGTERM; 7 when nobody sends one within 2s (Slurm did, in the COMPLETING case)
     command = [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, "
@@ -427,12 +427,12 @@ def test_a_plain_run_imports_only_what_it_uses(tmp_path: Path) -> None:
         "publish.frameworks.megatron",
         "publish.frameworks.nemo",
         "publish.frameworks.snapshot",
-        "publish.verbs.mirror",
-        "publish.verbs.pending",
-        "publish.verbs.idle",
+        "publish.ops.tiers",
+        "publish.ops.pending",
+        "publish.ops.idle",
         "publish.stores.base",
-        "publish.files.walks",
-        "publish.files.fileio",
+        "publish.rules.files.walks",
+        "publish.rules.files.fileio",
         "publish.stores.transfer",
     }
     assert not loaded & never, sorted(loaded & never)

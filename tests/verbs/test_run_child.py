@@ -24,12 +24,13 @@ from pathlib import Path
 import pytest
 
 from publish import cli
-from publish.deadline import UNBOUNDED
 from publish.frameworks import FRAMEWORKS
-from publish.signals import name
+from publish.ops import Say
+from publish.process import child
+from publish.process.signals import name
+from publish.process.threads import Worker
+from publish.rules.deadline import UNBOUNDED
 from publish.stores.posix import PosixStore
-from publish.threads import Worker
-from publish.verbs import Say, child
 from publish.verbs import run as run_verb
 from tests.conftest import REPO, base_env, command, run_cli
 
@@ -305,15 +306,15 @@ def test_run_starts_without_subprocess_threading_or_enum(root: Path, command: li
     }
     assert {
         "publish.verbs.run",
-        "publish.verbs.child",
-        "publish.threads",
+        "publish.process.child",
+        "publish.process.threads",
     } <= imported  # the listing is read right
     heavy = {"subprocess", "_posixsubprocess", "re", "locale", "selectors", "enum", "signal", "threading"}
     assert sorted(imported & (heavy | {"functools", "collections", "contextlib", "warnings"})) == []
 
 
 def test_signal_names_are_the_enums() -> None:
-    """publish.signals.name, which run prints, is signal.Signals(n).name (the alphabetically first of two
+    """publish.process.signals.name, which run prints, is signal.Signals(n).name (the alphabetically first of two
     names for one number), or "signal N" where the enum has none."""
 
     def enums(n: int) -> str:

@@ -19,16 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout, roots, stores
-from publish.deadline import UNBOUNDED, Deadline
-from publish.errors import Failure
+from publish import stores
 from publish.frameworks import FRAMEWORKS
+from publish.ops import Say
+from publish.ops.idle import MARK, mark_prefix
+from publish.ops.tiers import Tiers
+from publish.rules import layout, roots
+from publish.rules.deadline import UNBOUNDED, Deadline
+from publish.rules.errors import Failure
 from publish.stores.base import Store
 from publish.stores.posix import PosixStore
-from publish.verbs import Say
 from publish.verbs import run as run_verb
-from publish.verbs.idle import MARK, mark_prefix
-from publish.verbs.mirror import Tiers
 from tests.conftest import REPO, base_env, run_cli
 from tests.support.ports import dead_port
 from tests.support.s3roots import Root

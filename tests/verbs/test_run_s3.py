@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout
+from publish.rules import layout
 from tests.conftest import REPO, Lines, run_cli
 from tests.support.running import Running
 from tests.support.s3roots import Root
@@ -37,7 +37,7 @@ s3 = boto3.client(
     aws_secret_access_key=os.environ["T_SECRET"], region_name=os.environ["T_REGION"],
     config=Config(s3={"addressing_style": "path"}),
 )
-def drop_expect(request, **kw):  # SeaweedFS can leave a PUT that expects a 100 unanswered (tests/test_cli_s3.py)
+def drop_expect(request, **kw):  # SeaweedFS can leave a PUT that expects a 100 unanswered (tests/cli/test_cli_s3.py)
     request.headers.pop("Expect", None)
 s3.meta.events.register("before-send.s3", drop_expect)
 stop = []

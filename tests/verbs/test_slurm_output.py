@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from publish.errors import Failure
-from publish.verbs.slurm import STDERR_LIMIT, STDOUT_LIMIT, Batch
+from publish.process.slurm import STDERR_LIMIT, STDOUT_LIMIT, Batch
+from publish.rules.errors import Failure
 from tests.conftest import REPO, base_env
 
 # Run in a child process held to 1 GiB of address space, so a reader that keeps everything fails there instead of
@@ -23,8 +23,8 @@ from tests.conftest import REPO, base_env
 CHILD = """\
 import os, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-from publish.errors import Failure
-from publish.verbs.slurm import Batch
+from publish.rules.errors import Failure
+from publish.process.slurm import Batch
 b = Batch(dict(os.environ), timeout=float(sys.argv[2]))
 try:
     getattr(b, sys.argv[1])()

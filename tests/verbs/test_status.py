@@ -9,12 +9,12 @@ from typing import Any, Callable
 
 import pytest
 
-from publish import layout
-from publish.deadline import Deadline
-from publish.errors import Failure
+from publish.ops.idle import mark_prefix
+from publish.rules import layout
+from publish.rules.deadline import Deadline
+from publish.rules.errors import Failure
 from publish.stores.posix import PosixStore
 from publish.verbs import status as status_module
-from publish.verbs.idle import mark_prefix
 from tests.conftest import Result, command, need, run_cli
 from tests.support.crash import tree
 from tests.support.fault_proxy import FaultProxy, Respond

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from publish import layout
-from publish.verbs.idle import mark_prefix
+from publish.ops.idle import mark_prefix
+from publish.rules import layout
 from tests.conftest import run_cli
 from tests.support.s3roots import Root
 from tests.support.servers import Weed

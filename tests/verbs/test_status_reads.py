@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from publish import layout, manifest
 from publish.cli import main
+from publish.rules import layout, manifest
 
 ODD = "exec/A/-x\nsave é"  # a newline, a leading dash, not ASCII
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from publish import layout, manifest
+from publish.rules import layout, manifest
 from tests.conftest import Result, Watch, run_cli
 from tests.support.s3roots import Root
 from tests.support.trainer_saves import hf_save
@@ -241,8 +241,14 @@ def test_a_manifest_planted_for_another_entry_fails_that_entry_naming_the_manife
             b'{"entry":"E","files":[["../../etc/passwd",1,null]],"format":"publish.manifest.v1"}',
             "not a clean",
         ),
-        (b'{"entry":"E","files":[["a",NaN,null]],"format":"publish.manifest.v1"}', "NaN is not a number"),
-        (b'{"entry":"E","files":[["a",1.5,null]],"format":"publish.manifest.v1"}', "not a whole number"),
+        (
+            b'{"entry":"E","files":[["a",NaN,null]],"format":"publish.manifest.v1"}',
+            "NaN is not a number",
+        ),
+        (
+            b'{"entry":"E","files":[["a",1.5,null]],"format":"publish.manifest.v1"}',
+            "not a whole number",
+        ),
     ],
 )
 def test_a_damaged_manifest_fails_that_entry_naming_it(tier: Any, data: bytes, why: str) -> None:
@@ -423,11 +429,11 @@ def test_a_watch_scan_writes_the_manifest_before_the_entry(
     posix: Posix, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("PUBLISH_BIN", raising=False)
-    from publish.deadline import Deadline
     from publish.frameworks import FRAMEWORKS
+    from publish.ops import Say
+    from publish.ops.scan import Watcher
+    from publish.rules.deadline import Deadline
     from publish.stores.posix import PosixStore
-    from publish.verbs import Say
-    from publish.verbs.watch import Watcher
 
     folder = hf_save(posix.path / "exec/A", 7)
     store = PosixStore(posix.url)
@@ -450,11 +456,11 @@ def test_a_watch_scan_on_s3_writes_the_manifest_before_the_entry(
     weed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("PUBLISH_BIN", raising=False)
-    from publish.deadline import Deadline
     from publish.frameworks import FRAMEWORKS
+    from publish.ops import Say
+    from publish.ops.scan import Watcher
+    from publish.rules.deadline import Deadline
     from publish.stores.s3 import S3Store
-    from publish.verbs import Say
-    from publish.verbs.watch import Watcher
 
     tier = S3(Root(weed, tmp_path))
     local = hf_save(tmp_path / "local", 7)
@@ -563,10 +569,10 @@ def test_prune_removes_a_manifest_without_an_entry_once_an_hour_old_though_its_s
     monkeypatch.delenv("PUBLISH_BIN", raising=False)
     import time
 
-    from publish.deadline import UNBOUNDED
+    from publish.ops import Say
+    from publish.ops.retention import UNBOUND_AGE, prune
+    from publish.rules.deadline import UNBOUNDED
     from publish.stores.posix import PosixStore
-    from publish.verbs import Say
-    from publish.verbs.prune import UNBOUND_AGE, prune
 
     kept = save(posix, 2)
     left = layout.name(0, 1, "exec/A/step-1")

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from publish import layout
-from publish.deadline import Deadline
-from publish.errors import Failure
 from publish.frameworks import FRAMEWORKS
+from publish.ops import Say
+from publish.rules import layout
+from publish.rules.deadline import Deadline
+from publish.rules.errors import Failure
 from publish.stores.posix import PosixStore
-from publish.verbs import Say
 from publish.verbs.watch import watch
 from tests.conftest import Watch, run_cli
 from tests.support import dcp_shapes

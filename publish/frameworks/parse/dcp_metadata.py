@@ -15,8 +15,6 @@ was not written by DCP.
 
 from __future__ import annotations
 
-from publish.deadline import UNBOUNDED, Deadline
-from publish.errors import Failure
 from publish.frameworks.parse import torch_pickle
 
 # How a .metadata is read (in the process up to IN_PROCESS bytes, else in a child under the deadline, the C
@@ -29,8 +27,10 @@ from publish.frameworks.parse.torch_pickle import (
     MEMORY_BASE,
     MEMORY_PER_BYTE,
 )
-from publish.layout import clean_relative
-from publish.redact import quoted
+from publish.rules.deadline import UNBOUNDED, Deadline
+from publish.rules.errors import Failure
+from publish.rules.layout import clean_relative
+from publish.rules.redact import quoted
 
 #: A .metadata over this is refused (a save with millions of items stays far below it).
 LIMIT = 64 * 1024 * 1024

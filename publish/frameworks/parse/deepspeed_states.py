@@ -18,8 +18,6 @@ what a crafted file names to run something (``os``, ``subprocess``, ``builtins.e
 
 from __future__ import annotations
 
-from publish.deadline import UNBOUNDED, Deadline
-from publish.errors import Failure
 from publish.frameworks.parse import torch_pickle, ziptail
 from publish.frameworks.parse.torch_pickle import (
     FAST_BASE,
@@ -28,6 +26,8 @@ from publish.frameworks.parse.torch_pickle import (
     MEMORY_BASE,
     MEMORY_PER_BYTE,
 )
+from publish.rules.deadline import UNBOUNDED, Deadline
+from publish.rules.errors import Failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from publish.deadline import Deadline
+from publish.rules.deadline import Deadline
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

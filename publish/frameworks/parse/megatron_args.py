@@ -17,8 +17,6 @@ is refused only when it is what a crafted file names to run something.
 
 from __future__ import annotations
 
-from publish.deadline import UNBOUNDED, Deadline
-from publish.errors import Failure
 from publish.frameworks.parse import deepspeed_states, torch_pickle
 from publish.frameworks.parse.torch_pickle import (
     FAST_BASE,
@@ -27,6 +25,8 @@ from publish.frameworks.parse.torch_pickle import (
     MEMORY_BASE,
     MEMORY_PER_BYTE,
 )
+from publish.rules.deadline import UNBOUNDED, Deadline
+from publish.rules.errors import Failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

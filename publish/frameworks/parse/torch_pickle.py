@@ -15,9 +15,9 @@ them and runs a read over ``IN_PROCESS`` bytes in a forked child that the deadli
 
 from __future__ import annotations
 
-from publish.deadline import Deadline
-from publish.errors import Failure
-from publish.redact import shown
+from publish.rules.deadline import Deadline
+from publish.rules.errors import Failure
+from publish.rules.redact import shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

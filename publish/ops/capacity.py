@@ -1,0 +1,209 @@
+"""Capacity: the bytes each publication's save holds, the free space of a POSIX root's filesystem, and
+``-keep-bytes``, the cap on what retention keeps, so a fast tier that fills is seen and prevented.
+
+A save's size is read from its manifest (``man/<entry>``: one read, the sizes of every file it published);
+without one, or with one that cannot be trusted, from the store: a walk of the folder on POSIX, a LIST of its
+prefix on S3 (``bytes_from``: ``manifest`` or ``files``).  Only the verbs and flags that show or use sizes
+import this module.
+"""
+
+from __future__ import annotations
+
+from publish.rules import layout
+from publish.rules.deadline import Deadline
+from publish.rules.errors import Failure, FileError, PublishError, StoreError
+from publish.rules.redact import shown
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from publish.ops.retention import Policy, Saves
+    from publish.stores.base import Store
+
+
+class Size:
+    """What a save holds: ``bytes`` (None: it cannot be told, ``why``), and where that was read
+    (``source``: ``manifest`` or ``files``; ``""`` when not told)."""
+
+    __slots__ = ("bytes", "source", "why")
+
+    def __init__(self, size: int | None, source: str, why: str = "") -> None:
+        self.bytes = size
+        self.source = source
+        self.why = why
+
+
+#: save_size's ``read`` when the manifest was not read beforehand.
+_UNREAD = object()
+
+
+def save_size(dl: Deadline, store: Store, entry: layout.Entry, read: object = _UNREAD) -> Size:
+    """The bytes of ``entry``'s save, which exists: its manifest's sum, else the files' own sizes.  The
+    store failing (a refusal, the -timeout passing) is raised; a save the store cannot measure (a link
+    inside it, a file that cannot be examined) is a Size of None, with why.  ``read``: what reading its
+    manifest gave already (bytes, None, or the error), else (``_UNREAD``) it is read here."""
+    from publish.rules import manifest
+
+    where = store.location(f"{layout.MAN}/{entry.name}")
+    try:
+        if read is _UNREAD:
+            data = store.read_manifest(dl, entry.name, manifest.MANIFEST_LIMIT)
+        elif isinstance(read, Exception):
+            raise read
+        else:
+            assert read is None or isinstance(read, bytes)
+            data = read
+        if data is not None:
+            rows = manifest.decode(entry.name, data, where)
+            return Size(sum(size for _, size, _ in rows), "manifest")
+    except StoreError:
+        raise
+    except (Failure, OSError):  # a damaged or unreadable manifest: the files say it instead
+        pass
+    try:
+        sizes = store.sizes(dl, entry.path)
+        if sizes:
+            return Size(sum(sizes.values()), "files")
+        one = store.size(dl, entry.path)  # a save that is one file
+        return Size(one or 0, "files")
+    except StoreError:
+        raise
+    except FileError as e:
+        if not e.unexaminable:
+            raise
+        return Size(None, "", str(e))
+    except (Failure, OSError) as e:
+        return Size(None, "", str(e) if isinstance(e, PublishError) else f"{e.strerror or e}")
+
+
+def space(store: Store) -> dict[str, int] | None:
+    """The free and total bytes of the filesystem a POSIX root is on (``statvfs``: the blocks a user may
+    still write, not those kept for root), or None: an S3 root, or a filesystem that does not say."""
+    if not store.cheap_listing:
+        return None
+    import os
+
+    try:
+        st = os.statvfs(store.root)
+    except OSError:
+        return None
+    return {"free_bytes": st.f_bavail * st.f_frsize, "total_bytes": st.f_blocks * st.f_frsize}
+
+
+# -- status
+
+
+def measure(dl: Deadline, store: Store, publications: list[dict[str, Any]]) -> dict[str, Size]:
+    """Add ``bytes``, ``bytes_from`` and ``bytes_error`` to each of status's ``publications`` (null for a
+    save that is gone); the sizes by entry name, for the prune plan's -keep-bytes."""
+    found: dict[str, Size] = {}
+    at_once = getattr(store, "read_manifests", None)  # POSIX: man/ opened once for every manifest
+    read: dict[str, object] = {}
+    if at_once is not None:
+        from publish.rules import manifest
+
+        read = at_once(dl, [p["entry"] for p in publications if p["exists"]], manifest.MANIFEST_LIMIT)
+    for p in publications:
+        size = Size(None, "")
+        if p["exists"]:
+            entry = layout.parse(p["entry"])
+            size = found[p["entry"]] = save_size(dl, store, entry, read.get(p["entry"], _UNREAD))
+        p["bytes"] = size.bytes
+        p["bytes_from"] = size.source or None
+        p["bytes_error"] = size.why or None
+    return found
+
+
+def summary(store: Store, publications: list[dict[str, Any]]) -> dict[str, Any]:
+    """status's top-level ``bytes`` (what the publications' saves hold in all) and ``space``."""
+    return {
+        "bytes": sum(p["bytes"] or 0 for p in publications),
+        "space": space(store),
+    }
+
+
+def size_note(p: dict[str, Any]) -> str:
+    """What a publication's text line ends with, after ``(exists)``: ``, 12.4 GB`` (``by its files`` when no
+    manifest said it), ``, size not known: <why>``, or ``""`` for a save that is gone."""
+    from publish.rules.sizes import human
+
+    if not p.get("exists") or "bytes" not in p:
+        return ""
+    if p["bytes"] is None:
+        return f", size not known: {p['bytes_error']}"
+    return f", {human(p['bytes'])}" + (" by its files" if p["bytes_from"] == "files" else "")
+
+
+def space_line(doc: dict[str, Any]) -> str:
+    """``space: N publications hold 12.4 GB; <root>'s filesystem has 1.20 TB free of 20.0 TB`` (S3: the
+    sizes alone)."""
+    from publish.rules.sizes import human
+
+    held = [p for p in doc["publications"] if p.get("bytes") is not None]
+    line = f"space: the saves of {len(held)} publications hold {human(doc['bytes'])}"
+    if doc["space"] is not None:
+        free, total = doc["space"]["free_bytes"], doc["space"]["total_bytes"]
+        line += f"; the filesystem of {shown(doc['root'])} has {human(free)} free of {human(total)}"
+    return line
+
+
+# -- -keep-bytes
+
+
+def cap(
+    policy: Policy, kept: list[layout.Entry], saves: Saves
+) -> tuple[list[layout.Entry], list[layout.Entry], list[str]]:
+    """Of ``kept`` (oldest first: what the other policies keep), those -keep-bytes also removes, those that
+    stay (oldest first), and what to say on stderr.
+
+    Newest first, the saves that exist stay while their sizes add up to at most ``policy.bytes``; from the
+    first that would go over, the rest go.  The newest save that exists always stays, whatever it holds
+    (said); a save held for the mirror (not yet mirrored) always stays, and its bytes count; an entry whose
+    save is gone counts for nothing (it stays while newer than the cut, as for -keep); a save whose size
+    cannot be told counts 0 bytes (said): never a save removed for a size not known."""
+    from publish.rules.sizes import human, spell
+
+    limit = policy.bytes
+    assert limit is not None
+    flag = policy.bytes_flag
+    total, found, over = 0, 0, False
+    stay: list[layout.Entry] = []
+    go: list[layout.Entry] = []
+    notes: list[str] = []
+    for entry in sorted(kept, key=layout.Entry.key, reverse=True):
+        held = entry.name in policy.held
+        if over and not held:
+            go.append(entry)
+            continue
+        if not saves(entry.path):
+            stay.append(entry)
+            continue
+        size = saves.size(entry)
+        where = shown(saves.store.location(entry.path))
+        n = size.bytes
+        if n is None:
+            notes.append(f"prune: the size of {where} cannot be told ({size.why}): counted as 0 bytes")
+            n = 0
+        if held or found == 0 or total + n <= limit:
+            if found == 0 and n > limit:
+                notes.append(
+                    f"prune: the newest save {where} alone holds {human(n)} ({n} bytes), over {flag} "
+                    f"{spell(limit)}: kept, as a prune keeps at least one save"
+                )
+            total += n
+            found += 1
+            stay.append(entry)
+        else:
+            over = True
+            go.append(entry)
+    return go, stay[::-1], notes
+
+
+def policy_text(plan: dict[str, Any]) -> str:
+    """`` -keep-bytes 500GB`` for the heading of status's prune plan, or ``""``."""
+    if plan.get("keep_bytes") is None:
+        return ""
+    from publish.rules.sizes import spell
+
+    return f" -keep-bytes {spell(plan['keep_bytes'])}"
