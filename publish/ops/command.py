@@ -11,7 +11,7 @@ import time
 from publish import stores
 from publish.rules import redact, roots
 from publish.rules.deadline import Deadline
-from publish.rules.errors import Failure, UsageError
+from publish.rules.errors import UsageError
 from publish.rules.go.flags import FlagSet
 from publish.rules.redact import quoted, shown
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from publish.ops import Say
+    from publish.ops.mirror_flags import Mirror, MirrorFlags
     from publish.ops.scan_flags import Trap
     from publish.rules.go.flags import Flag, FlagError
 
@@ -51,7 +52,8 @@ class Command:
     synopsis = ""
     summary = ""
     traps = False  #: runs until SIGTERM or SIGINT: the cli traps them with ``trap()``
-    mirror: Flag[str] | None = None  #: -mirror, for the verbs that take it (publish.ops.tiers)
+    mirror: MirrorFlags | None = None  #: -mirror and its companions, for the verbs that take them
+    mirrored: Mirror | None = None  #: what they asked for, parsed once by ``root()`` (None: no mirror)
 
     def __init__(self) -> None:
         fs = self.fs = FlagSet(self.name)
@@ -84,14 +86,16 @@ class Command:
     # The checks and steps the verbs share
 
     def root(self, call: Call) -> roots.Root:
-        """The checkpoint root (flag, else CHECKPOINT), with the S3-only flags checked against its kind."""
+        """The checkpoint root (flag, else CHECKPOINT), with the S3-only flags checked against its kind; the
+        mirror's flags are parsed here, once, into ``self.mirrored``."""
         text = flag_or_env(self.checkpoint, call.env, "CHECKPOINT")
         if not text:
             raise UsageError("-checkpoint is required (or set CHECKPOINT)")
         root = roots.parse_root(text, call.cwd)
-        mirror = self.mirror_root(call, root)
+        mirror = self.mirrored = None if self.mirror is None else self.mirror.parse(root, call.cwd)
+        s3: roots.Root = root
         if mirror is not None:
-            root = mirror  # -creds and -proxy are the mirror's: checked as an S3 root's
+            s3 = mirror.root  # -creds and -proxy are the mirror's: checked as an S3 root's
         elif not isinstance(root, roots.S3Root):
             for flag in (self.creds, self.proxy):
                 if flag.is_set:
@@ -101,7 +105,7 @@ class Command:
             return root
         if not self.creds.is_set:
             what = "mirror" if mirror is not None else "root"
-            raise UsageError(f"-creds is required for the s3:// {what} {shown(root.text)}")
+            raise UsageError(f"-creds is required for the s3:// {what} {shown(s3.text)}")
         if self.proxy.is_set:
             from publish.rules.go.gocompat import go_quote
             from publish.rules.urls import parse_proxy
@@ -113,13 +117,7 @@ class Command:
                 raise UsageError(
                     f"invalid value {go_quote(redact.echo(value))} for flag -proxy: {e}"
                 ) from None
-        return roots.parse_root(text, call.cwd) if mirror is not None else root
-
-    def mirror_root(self, call: Call, root: roots.Root) -> roots.S3Root | None:
-        """The S3 root -mirror names (None: not given), checked against ``root``."""
-        if self.mirror is None:
-            return None
-        return parse_mirror(self.mirror, root, call.cwd)
+        return root
 
     def open_mirror(self, call: Call, mirror: roots.S3Root, *, renew: bool = False) -> stores.Opened:
         """The mirror's store: -creds and -proxy are its own."""
@@ -143,44 +141,6 @@ class Command:
         timeout's message names -timeout as given."""
         timeout = self.timeout.value
         return Deadline.until(max(call.started + timeout, time.monotonic() + 0.001), timeout)
-
-
-def mirror_flag(fs: FlagSet) -> Flag[str]:
-    """-mirror, for run, watch, resolve, status and prune."""
-    return fs.string(
-        "mirror",
-        "",
-        "the mirror `URL`, s3://BUCKET[/PREFIX]: a second root for the saves of the (POSIX) root; "
-        "-creds and -proxy are then the mirror's",
-    )
-
-
-def parse_mirror(flag: Flag[str], root: roots.Root, cwd: str) -> roots.S3Root | None:
-    """The mirror -mirror names, or None when it is not given; a usage error naming -mirror for an empty
-    value, a POSIX path (inside the root or not), the root itself or a prefix inside it, and an S3 root."""
-    if not flag.is_set:
-        return None
-    text = flag.value
-    if not text:
-        raise UsageError("-mirror is empty")
-    if not text.startswith("s3://"):
-        if roots.scheme(text) or "\0" in text:
-            raise UsageError(f"-mirror {shown(redact.url(text))}: a mirror is an s3:// URL")
-        path = roots.clean_posix(text, cwd)
-        if isinstance(root, roots.PosixRoot) and (path + "/").startswith(root.path.rstrip("/") + "/"):
-            raise UsageError(f"-mirror {shown(path)} is the root or lies inside it: a mirror is an s3:// URL")
-        raise UsageError(f"-mirror {shown(path)}: a mirror is an s3:// URL (a POSIX mirror is not supported)")
-    try:
-        mirror = roots.parse_s3(text, "-mirror")
-    except Failure as e:
-        raise UsageError(str(e)) from None
-    if isinstance(root, roots.S3Root):
-        if mirror.bucket == root.bucket and (
-            not root.prefix or (mirror.prefix + "/").startswith(root.prefix + "/")
-        ):
-            raise UsageError(f"-mirror {shown(mirror.text)} is the root or lies inside it")
-        raise UsageError(f"-mirror applies to a POSIX root; {shown(root.text)} is an s3:// root")
-    return mirror
 
 
 def usage_error(e: FlagError) -> UsageError:
@@ -231,3 +191,14 @@ def check_attempt(attempt: str) -> str:
     if redact.has_control(attempt):
         raise UsageError(f"attempt {quoted(attempt)} holds a control character")
     return attempt
+
+
+def size_flag(fs: FlagSet, name: str, usage: str) -> Flag[int | None]:
+    """A size in bytes (publish.rules.sizes: ``500GB``, ``2TiB``, plain bytes), or None when not given."""
+    return fs.custom(name, None, usage, _size, "SIZE")
+
+
+def _size(text: str) -> int:
+    from publish.rules.sizes import parse_size  # here: a command line without a size needs none of its rules
+
+    return parse_size(text)

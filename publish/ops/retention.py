@@ -10,7 +10,7 @@ no remaining entry relates to and nothing has changed in for -orphans-age (publi
 
 from __future__ import annotations
 
-from publish.ops import Say, command, scan_flags
+from publish.ops import Say, command
 from publish.ops.orphans import AGE, Orphans
 from publish.rules import layout
 from publish.rules.deadline import Deadline
@@ -511,7 +511,7 @@ def policy_of(
 
 def bytes_flag(fs: FlagSet) -> Flag[int | None]:
     """-keep-bytes, for prune, run and status."""
-    return scan_flags.size_flag(
+    return command.size_flag(
         fs,
         "keep-bytes",
         "of the publications the other -keep flags keep, only the newest whose saves add up to at most `SIZE` "
@@ -527,13 +527,6 @@ def mirror_policy(keep: int, size: int | None) -> int | Policy:
     policy.bytes = size
     policy.bytes_flag = "-mirror-keep-bytes"
     return policy
-
-
-def mirror_bytes_of(mirror_keep: Flag[int | None], size: Flag[int | None]) -> int | None:
-    """-mirror-keep-bytes, which applies to -mirror-keep alone (a usage error otherwise)."""
-    if size.is_set and not mirror_keep.is_set:
-        raise UsageError("-mirror-keep-bytes applies to -mirror-keep: give -mirror-keep")
-    return size.value
 
 
 def orphan_flags(fs: FlagSet) -> tuple[Flag[bool], Flag[float]]:

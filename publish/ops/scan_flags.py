@@ -6,7 +6,7 @@ none of these (resolve, init, probe) imports none of it.
 
 from __future__ import annotations
 
-from publish.ops.command import Call, Command, mirror_flag
+from publish.ops.command import Call, Command
 from publish.rules import layout, roots
 from publish.rules.errors import UsageError
 
@@ -113,40 +113,6 @@ def framework_flag(fs: FlagSet, usage: str) -> Flag[str | None]:
     return fs.custom("framework", None, usage, _framework, "name")
 
 
-def keep_flag(fs: FlagSet) -> Flag[int | None]:
-    """-mirror-keep, for run, watch, prune and status."""
-    from publish.rules.go.gocompat import parse_go_int
-
-    return fs.custom(
-        "mirror-keep",
-        None,
-        "with -mirror: after saves are mirrored, prune the mirror to the latest `M` (default: no prune)",
-        lambda t: parse_go_int(t, minimum=1),
-        "M",
-    )
-
-
-def _size(text: str) -> int:
-    from publish.rules.sizes import parse_size  # here: a command line without a size needs none of its rules
-
-    return parse_size(text)
-
-
-def size_flag(fs: FlagSet, name: str, usage: str) -> Flag[int | None]:
-    """A size in bytes (publish.rules.sizes: ``500GB``, ``2TiB``, plain bytes), or None when not given."""
-    return fs.custom(name, None, usage, _size, "SIZE")
-
-
-def mirror_bytes_flag(fs: FlagSet) -> Flag[int | None]:
-    """-mirror-keep-bytes, for run, watch and prune."""
-    return size_flag(
-        fs,
-        "mirror-keep-bytes",
-        "with -mirror-keep: of the saves it keeps on the mirror, only the newest whose sizes add up to at most "
-        "`SIZE` (500GB, 2TiB; the newest save always)",
-    )
-
-
 def _world_size(text: str) -> int:
     from publish.rules.go.gocompat import (
         parse_decimal,  # here: a command line without numbers needs none of Go's rules
@@ -183,9 +149,9 @@ class SavesCommand(Command):
         )
         self.attempt = fs.string("attempt", "", self.attempt_usage)
         self.epoch = epoch_flag(fs, self.epoch_default)
-        self.mirror = mirror_flag(fs)
-        self.mirror_keep = keep_flag(fs)
-        self.mirror_keep_bytes = mirror_bytes_flag(fs)
+        from publish.ops.mirror_flags import MirrorFlags
+
+        self.mirror = MirrorFlags(fs, keep=True, keep_bytes=True)
         self.on_publish = fs.string(
             "on-publish",
             "",
@@ -241,7 +207,7 @@ class SavesCommand(Command):
                 commands[tier] = flag.value
         if not commands:
             return None
-        if "mirror" in commands and not (self.mirror is not None and self.mirror.is_set):
+        if "mirror" in commands and not (self.mirror is not None and self.mirror.url.is_set):
             raise UsageError("-on-mirror applies to -mirror: give -mirror")
         from publish.ops.events import Events
 

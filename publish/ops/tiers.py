@@ -20,9 +20,9 @@ from publish.ops import Say, command, scan_flags
 from publish.ops.orphans import AGE
 from publish.ops.pending import pending_names, pending_of
 from publish.process.threads import Flag, Worker
-from publish.rules import layout, roots
+from publish.rules import layout
 from publish.rules.deadline import Deadline
-from publish.rules.errors import PublishError, UsageError
+from publish.rules.errors import PublishError
 from publish.rules.layout import EXEC, MAN, PUB
 from publish.rules.redact import shown
 from publish.stores.base import Store
@@ -30,6 +30,7 @@ from publish.stores.base import Store
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from publish.ops.events import Events
+    from publish.ops.mirror_flags import Mirror
 
 #: An upload is given -timeout, and a second more for each MiB of the save (a slower one is cut off and
 #: redone by the next pass).
@@ -332,29 +333,17 @@ class Uploader:
 
 
 def open_tiers(
-    cmd: scan_flags.SavesCommand,
-    call: command.Call,
-    root: roots.Root,
-    fast: Store,
-    stale: float | None = None,
-) -> Tiers | None:
-    """The tiers -mirror asks for of a watch or a run (None: not given), the mirror's store opened with
-    -creds and -proxy; -mirror-keep alone is a usage error.  ``stale``: -orphans-age when given."""
-    from publish.ops.retention import mirror_bytes_of
-
-    keep_bytes = mirror_bytes_of(cmd.mirror_keep, cmd.mirror_keep_bytes)
-    mirror = cmd.mirror_root(call, root)
-    if mirror is None:
-        if cmd.mirror_keep.is_set:
-            raise UsageError("-mirror-keep applies to -mirror: give -mirror")
-        return None
-    store = cmd.open_mirror(call, mirror, renew=True).store
+    cmd: scan_flags.SavesCommand, call: command.Call, mirror: Mirror, fast: Store, stale: float | None = None
+) -> Tiers:
+    """The tiers of a watch or a run given -mirror (``mirror``, as the command parsed it), the mirror's store
+    opened with -creds and -proxy.  ``stale``: -orphans-age when given."""
+    store = cmd.open_mirror(call, mirror.root, renew=True).store
     return Tiers(
         fast,
         store,
         call.say,
         cmd.timeout.value,
-        cmd.mirror_keep.value,
+        mirror.keep,
         AGE if stale is None else stale,
-        keep_bytes,
+        mirror.keep_bytes,
     )

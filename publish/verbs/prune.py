@@ -10,20 +10,19 @@ no remaining entry relates to and nothing has changed in for -orphans-age (publi
 
 from __future__ import annotations
 
-from publish.ops import command, scan_flags
+from publish.ops import command
+from publish.ops.mirror_flags import MirrorFlags
 from publish.ops.retention import (
     Saves,
     attempt_flag,
     bytes_flag,
     given_orphans,
-    mirror_bytes_of,
     mirror_policy,
     orphan_flags,
     policy_flags,
     policy_of,
     prune,
 )
-from publish.rules.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,29 +50,24 @@ class Prune(command.Command):
         self.keep_bytes = bytes_flag(self.fs)
         self.orphans, self.orphans_age = orphan_flags(self.fs)
         self.attempt = attempt_flag(self.fs)
-        self.mirror = command.mirror_flag(self.fs)
-        self.mirror_keep = scan_flags.keep_flag(self.fs)
-        self.mirror_keep_bytes = scan_flags.mirror_bytes_flag(self.fs)
+        self.mirror = MirrorFlags(self.fs, keep=True, keep_bytes=True)
 
     def run(self, call: command.Call) -> int:
         command.expect_args(call, [])
         orphans = given_orphans(self.orphans, self.orphans_age, self.attempt, call.env)
-        mirror_bytes = mirror_bytes_of(self.mirror_keep, self.mirror_keep_bytes)
         root = self.root(call)
-        mirror_root = self.mirror_root(call, root)
-        if mirror_root is None and self.mirror_keep.is_set:
-            raise UsageError("-mirror-keep applies to -mirror: give -mirror")
+        given = self.mirrored
         store = self.open(call, root).store
         policy = policy_of(self.keep.value, self.keep_every, self.keep_within, self.keep_bytes)
         policy.orphans = orphans
         dl = self.deadline(call)
-        if mirror_root is None:
+        if given is None:
             prune(dl, store, call.say, policy, dry_run=self.dry_run.value)
             return 0
         from publish.ops.pending import pending_names
 
-        mirror = self.open_mirror(call, mirror_root).store
-        mirror_keep = self.mirror_keep.value
+        mirror = self.open_mirror(call, given.root).store
+        mirror_keep, mirror_bytes = given.keep, given.keep_bytes
         if mirror_keep is not None:  # first: a mirror that fails (one never written) leaves the root as it is
             store.check_root(dl)  # and a root that fails (gone with its node) leaves the mirror as it is
             prune(dl, mirror, call.say, mirror_policy(mirror_keep, mirror_bytes), dry_run=self.dry_run.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from publish.ops import command
+from publish.ops.mirror_flags import MirrorFlags
 from publish.ops.resolution import OFF, resolve, resolve_tiers, verify_value
 from publish.rules.errors import UsageError
 from publish.rules.redact import shown
@@ -28,7 +29,7 @@ class Resolve(command.Command):
             "its SHA-256); a save that fails is passed over, naming the first bad file",
             verify_value,
         )
-        self.mirror = command.mirror_flag(self.fs)
+        self.mirror = MirrorFlags(self.fs)
 
     def run(self, call: command.Call) -> int:
         command.expect_args(call, [])
@@ -38,9 +39,14 @@ class Resolve(command.Command):
             raise UsageError(f"-probe applies only to s3:// roots; {shown(root.text)} is a POSIX root")
         opened = self.open(call, root)
         dl = self.deadline(call)
-        mirror = self.mirror_root(call, root)
-        if mirror is not None:
-            resolve_tiers(dl, opened.store, self.open_mirror(call, mirror).store, call.say, self.verify.value)
+        if self.mirrored is not None:
+            resolve_tiers(
+                dl,
+                opened.store,
+                self.open_mirror(call, self.mirrored.root).store,
+                call.say,
+                self.verify.value,
+            )
             return 0
         if s3 and self.probe.value:
             from publish.ops.resolution import probe

@@ -478,13 +478,11 @@ class Run(scan_flags.SavesCommand):
         store = self.open(call, root, renew=True).store
         orphan_age = self.orphans_age.value if self.orphans.value else None
         tiers = None
-        if self.mirror_root(call, root) or self.mirror_keep.is_set or self.mirror_keep_bytes.is_set:
-            # else nothing of the mirror is imported
+        if self.mirrored is not None:  # else nothing of the mirror is imported
             from publish.ops.tiers import open_tiers
 
-            tiers = open_tiers(
-                self, call, root, store, orphan_age
-            )  # -mirror: its old multipart uploads aborted
+            # -mirror: its old multipart uploads aborted
+            tiers = open_tiers(self, call, self.mirrored, store, orphan_age)
         dl = self.deadline(call)
         signals = call.stop if isinstance(call.stop, Signals) else Signals()
         resume_arg, requeue = self.resume_arg.value, self.requeue.value

@@ -10,6 +10,7 @@ from publish.frameworks import FRAMEWORKS, LISTED
 from publish.ops import Say, command, scan_flags
 from publish.ops.capacity import policy_text, size_note, space_line
 from publish.ops.idle import MARK
+from publish.ops.mirror_flags import MirrorFlags
 from publish.ops.retention import (
     NoSaves,
     Policy,
@@ -544,8 +545,7 @@ class Status(command.Command):
         self.framework = scan_flags.framework_flag(self.fs, f"only this framework's verdicts: {LISTED}")
         self.orphans, self.orphans_age = orphan_flags(self.fs)
         self.attempt = attempt_flag(self.fs)
-        self.mirror = command.mirror_flag(self.fs)
-        self.mirror_keep = scan_flags.keep_flag(self.fs)
+        self.mirror = MirrorFlags(self.fs, keep=True)
 
     def run(self, call: command.Call) -> int:
         command.expect_args(call, [])
@@ -558,10 +558,8 @@ class Status(command.Command):
         orphans = given_orphans(self.orphans, self.orphans_age, self.attempt, call.env)
         root = self.root(call)
         store = self.open(call, root).store
-        mirror_root = self.mirror_root(call, root)
-        mirror = self.open_mirror(call, mirror_root).store if mirror_root is not None else None
-        if mirror is None and self.mirror_keep.is_set:
-            raise UsageError("-mirror-keep applies to -mirror: give -mirror")
+        given = self.mirrored
+        mirror = self.open_mirror(call, given.root).store if given is not None else None
         if mirror is None and self.max_lag.is_set:
             raise UsageError("-max-mirror-lag applies to -mirror: give -mirror")
         policy = None
@@ -576,7 +574,7 @@ class Status(command.Command):
             as_json=self.json.value,
             only=self.framework.value,
             mirror=mirror,
-            mirror_keep=self.mirror_keep.value,
+            mirror_keep=None if given is None else given.keep,
             max_age=self.max_age.value if self.max_age.is_set else None,
             max_lag=self.max_lag.value if self.max_lag.is_set else None,
         )

@@ -107,11 +107,10 @@ class Watch(scan_flags.SavesCommand):
         events = self.events_for(call, framework, metrics)
         store = self.open(call, root, renew=True).store
         tiers = None
-        if self.mirror_root(call, root) or self.mirror_keep.is_set or self.mirror_keep_bytes.is_set:
-            # else nothing of the mirror is imported
+        if self.mirrored is not None:  # else nothing of the mirror is imported
             from publish.ops.tiers import open_tiers
 
-            tiers = open_tiers(self, call, root, store)
+            tiers = open_tiers(self, call, self.mirrored, store)
         stop = call.stop or Flag()
         try:
             whole = watch(

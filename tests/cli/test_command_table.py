@@ -70,6 +70,7 @@ POSIX_RESOLVE = {
     "publish.verbs",
     "publish.ops",
     "publish.ops.command",
+    "publish.ops.mirror_flags",
     "publish.ops.resolution",
     "publish.rules",
     "publish.verbs.resolve",
