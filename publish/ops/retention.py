@@ -10,21 +10,19 @@ no remaining entry relates to and nothing has changed in for -orphans-age (publi
 
 from __future__ import annotations
 
-from publish.ops import Say, command
-from publish.ops.orphans import AGE, Orphans
+from publish.ops import Say
+from publish.ops.orphans import Orphans
 from publish.rules import layout
 from publish.rules.deadline import Deadline
-from publish.rules.errors import Failure, UsageError
+from publish.rules.errors import Failure
 from publish.rules.layout import EXEC, MAN, PUB, TOMB
 from publish.rules.redact import shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
     from typing import Callable
 
     from publish.ops.capacity import Size
-    from publish.rules.go.flags import Flag, FlagSet
     from publish.stores.base import Store, Upload
 
 #: How many finished tombstones are dropped at once (one fsync of tomb/ on POSIX).
@@ -491,34 +489,6 @@ def _link_on_path(store: Store, folder: str) -> str:
     return ""
 
 
-def policy_flags(fs: FlagSet) -> tuple[Flag[int], Flag[float]]:
-    """-keep-every and -keep-within, for prune, run and status."""
-    every = fs.integer(
-        "keep-every", 0, "also keep the publications whose step is a multiple of `K`", minimum=1, int64=True
-    )
-    within = fs.duration("keep-within", 0.0, "also keep the publications made within the duration `D`")
-    return every, within
-
-
-def policy_of(
-    keep: int, every: Flag[int], within: Flag[float], size: Flag[int | None] | None = None
-) -> Policy:
-    policy = Policy(keep, every.value if every.is_set else 0, within.value if within.is_set else None)
-    if size is not None:
-        policy.bytes = size.value
-    return policy
-
-
-def bytes_flag(fs: FlagSet) -> Flag[int | None]:
-    """-keep-bytes, for prune, run and status."""
-    return command.size_flag(
-        fs,
-        "keep-bytes",
-        "of the publications the other -keep flags keep, only the newest whose saves add up to at most `SIZE` "
-        "(500GB, 2TiB; the newest save always, and every save not yet mirrored)",
-    )
-
-
 def mirror_policy(keep: int, size: int | None) -> int | Policy:
     """What prunes the mirror: -mirror-keep M, capped by -mirror-keep-bytes when given."""
     if size is None:
@@ -527,49 +497,3 @@ def mirror_policy(keep: int, size: int | None) -> int | Policy:
     policy.bytes = size
     policy.bytes_flag = "-mirror-keep-bytes"
     return policy
-
-
-def orphan_flags(fs: FlagSet) -> tuple[Flag[bool], Flag[float]]:
-    """-orphans and -orphans-age, for prune, run and status."""
-    orphans = fs.boolean(
-        "orphans",
-        False,
-        "also remove the folders and files in other attempts' folders under exec/ that no kept publication "
-        "relates to, once nothing in them changed for -orphans-age (S3: and abort multipart uploads as old)",
-    )
-    age = fs.duration(
-        "orphans-age", AGE, "how long nothing in a leftover must have changed before -orphans removes it"
-    )
-    return orphans, age
-
-
-def attempt_flag(fs: FlagSet) -> Flag[str]:
-    """-attempt, for prune and status: the attempt -orphans never touches."""
-    return fs.string(
-        "attempt",
-        "",
-        "with -orphans: the current attempt `A`, never touched (env DISPATCH_ATTEMPT; default: none, every "
-        "attempt is looked at)",
-    )
-
-
-def orphans_of(orphans: Flag[bool], age: Flag[float], attempt: str) -> Orphans | None:
-    """What -orphans and -orphans-age ask for, outside ``attempt`` (``""``: none); -orphans-age alone is a
-    usage error."""
-    if not orphans.value:
-        if age.is_set:
-            raise UsageError("-orphans-age applies to -orphans: give -orphans")
-        return None
-    return Orphans(age.value, attempt)
-
-
-def given_orphans(
-    orphans: Flag[bool], age: Flag[float], attempt: Flag[str], env: Mapping[str, str]
-) -> Orphans | None:
-    """orphans_of, with the attempt from -attempt, else DISPATCH_ATTEMPT (prune and status)."""
-    if not orphans.value and attempt.is_set:
-        raise UsageError("-attempt applies to -orphans: give -orphans")
-    current = command.flag_or_env(attempt, env, "DISPATCH_ATTEMPT") if orphans.value else ""
-    if current:
-        command.check_attempt(current)
-    return orphans_of(orphans, age, current)

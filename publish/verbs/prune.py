@@ -12,21 +12,8 @@ from __future__ import annotations
 
 from publish.ops import command
 from publish.ops.mirror_flags import MirrorFlags
-from publish.ops.retention import (
-    Saves,
-    attempt_flag,
-    bytes_flag,
-    given_orphans,
-    mirror_policy,
-    orphan_flags,
-    policy_flags,
-    policy_of,
-    prune,
-)
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    pass
+from publish.ops.retention import Saves, mirror_policy, prune
+from publish.ops.retention_flags import RetentionFlags
 
 
 class Prune(command.Command):
@@ -46,20 +33,16 @@ class Prune(command.Command):
         self.dry_run = self.fs.boolean(
             "dry-run", False, "print what would be removed (would remove <location>), remove nothing"
         )
-        self.keep_every, self.keep_within = policy_flags(self.fs)
-        self.keep_bytes = bytes_flag(self.fs)
-        self.orphans, self.orphans_age = orphan_flags(self.fs)
-        self.attempt = attempt_flag(self.fs)
+        self.retention = RetentionFlags(self.fs, attempt=True)
         self.mirror = MirrorFlags(self.fs, keep=True, keep_bytes=True)
 
     def run(self, call: command.Call) -> int:
         command.expect_args(call, [])
-        orphans = given_orphans(self.orphans, self.orphans_age, self.attempt, call.env)
+        orphans = self.retention.given_orphans(call.env)
         root = self.root(call)
         given = self.mirrored
         store = self.open(call, root).store
-        policy = policy_of(self.keep.value, self.keep_every, self.keep_within, self.keep_bytes)
-        policy.orphans = orphans
+        policy = self.retention.policy(self.keep.value, orphans)
         dl = self.deadline(call)
         if given is None:
             prune(dl, store, call.say, policy, dry_run=self.dry_run.value)

@@ -11,19 +11,8 @@ from publish.ops import Say, command, scan_flags
 from publish.ops.capacity import policy_text, size_note, space_line
 from publish.ops.idle import MARK
 from publish.ops.mirror_flags import MirrorFlags
-from publish.ops.retention import (
-    NoSaves,
-    Policy,
-    Saves,
-    Schedule,
-    attempt_flag,
-    bytes_flag,
-    given_orphans,
-    orphan_flags,
-    policy_flags,
-    policy_of,
-    would_remove,
-)
+from publish.ops.retention import NoSaves, Policy, Saves, Schedule, would_remove
+from publish.ops.retention_flags import RetentionFlags
 from publish.rules import layout
 from publish.rules.deadline import Deadline
 from publish.rules.errors import Failure, FileError, StoreError, UsageError
@@ -528,8 +517,6 @@ class Status(command.Command):
             "keep", 0, "also show what prune -keep `N` would remove", minimum=1, int64=True
         )
         self.json = self.fs.boolean("json", False, "print one JSON document (version 1) instead of text")
-        self.keep_every, self.keep_within = policy_flags(self.fs)
-        self.keep_bytes = bytes_flag(self.fs)
         self.max_age = self.fs.duration(
             "max-age",
             0.0,
@@ -543,19 +530,14 @@ class Status(command.Command):
             "longer than the duration `D` ago",
         )
         self.framework = scan_flags.framework_flag(self.fs, f"only this framework's verdicts: {LISTED}")
-        self.orphans, self.orphans_age = orphan_flags(self.fs)
-        self.attempt = attempt_flag(self.fs)
+        self.retention = RetentionFlags(self.fs, attempt=True)
         self.mirror = MirrorFlags(self.fs, keep=True)
 
     def run(self, call: command.Call) -> int:
         command.expect_args(call, [])
-        if not self.keep.is_set and (self.keep_every.is_set or self.keep_within.is_set):
-            raise UsageError("-keep-every and -keep-within apply to the prune -keep N shows: give -keep")
-        if not self.keep.is_set and self.keep_bytes.is_set:
-            raise UsageError("-keep-bytes applies to the prune -keep N shows: give -keep")
-        if not self.keep.is_set and self.orphans.value:
-            raise UsageError("-orphans applies to the prune -keep N shows: give -keep")
-        orphans = given_orphans(self.orphans, self.orphans_age, self.attempt, call.env)
+        if not self.keep.is_set:
+            self.retention.without_keep("shows")
+        orphans = self.retention.given_orphans(call.env)
         root = self.root(call)
         store = self.open(call, root).store
         given = self.mirrored
@@ -564,8 +546,7 @@ class Status(command.Command):
             raise UsageError("-max-mirror-lag applies to -mirror: give -mirror")
         policy = None
         if self.keep.is_set:
-            policy = policy_of(self.keep.value, self.keep_every, self.keep_within, self.keep_bytes)
-            policy.orphans = orphans
+            policy = self.retention.policy(self.keep.value, orphans)
         status(
             self.deadline(call),
             store,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from publish.frameworks import CHOICES, Framework
-from publish.ops import Say, command, scan_flags
+from publish.frameworks import CHOICES
+from publish.ops import command, scan_flags
 from publish.ops.scan import SignalStop, Watcher, bounded
 from publish.process.threads import Flag
 from publish.rules import roots
@@ -17,9 +17,7 @@ if TYPE_CHECKING:
     from typing import Protocol
 
     from publish.ops.events import Events
-    from publish.ops.metrics import Metrics
     from publish.ops.tiers import Tiers
-    from publish.stores.base import Store
 
     class Stop(Protocol):
         """What ``watch`` waits on: a ``threading.Event`` (or publish.process.threads.Flag), or a :class:`SignalStop`."""
@@ -29,26 +27,14 @@ if TYPE_CHECKING:
 
 
 def watch(
-    store: Store,
-    say: Say,
-    framework: Framework,
-    saves: str,
-    epoch: int,
-    interval: float,
-    timeout: float,
-    stop: Stop,
-    metrics: Metrics | None = None,
-    world_size: int = 0,
-    tiers: Tiers | None = None,
-    events: Events | None = None,
+    watcher: Watcher, interval: float, timeout: float, stop: Stop, tiers: Tiers | None, events: Events | None
 ) -> bool:
     """Scan every ``interval`` seconds until ``stop`` is set, then scan once more; each scan's store calls
     get a deadline of ``timeout`` seconds, and the last scan is given up after it.  With ``tiers``
     (-mirror), the uploads run beside the scans, and after the last scan they are given ``timeout`` seconds
     to finish; False when some did not (or a pass failed).  ``events``: told of each publication (the
     caller finishes them)."""
-    store.check_root(UNBOUNDED)  # S3 sends nothing for it
-    watcher = Watcher(store, say, framework, saves, epoch, metrics=metrics, world_size=world_size)
+    watcher.store.check_root(UNBOUNDED)  # S3 sends nothing for it
     watcher.events = events
     uploader = None
     if tiers is not None:
@@ -113,10 +99,10 @@ class Watch(scan_flags.SavesCommand):
             tiers = open_tiers(self, call, self.mirrored, store)
         stop = call.stop or Flag()
         try:
-            whole = watch(
-                store, call.say, framework, saves, epoch, self.interval.value, self.timeout.value, stop,
-                metrics, world_size, tiers, events,
-            )  # fmt: skip
+            watcher = Watcher(
+                store, call.say, framework, saves, epoch, metrics=metrics, world_size=world_size
+            )
+            whole = watch(watcher, self.interval.value, self.timeout.value, stop, tiers, events)
         finally:
             if events is not None:  # the events still queued, within -timeout; they never change the status
                 events.finish()
