@@ -152,10 +152,9 @@ def waker(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[child.Waker]]:
 
 def run_in_process(root: Path, argv: list[str], signals: run_verb.Signals) -> tuple[int, list[str]]:
     err: list[str] = []
-    code = run_verb.run(
-        UNBOUNDED, PosixStore(str(root)), Say(lambda line: None, err.append), FRAMEWORKS["hf"], "a", 1, argv,
-        env=base_env(), root=str(root), interval=3600, timeout=30, signals=signals,
-    )  # fmt: skip
+    settings = run_verb.Settings(PosixStore(str(root)), FRAMEWORKS["hf"], "a", 1, argv, base_env(), str(root))
+    settings.interval, settings.timeout = 3600, 30
+    code = run_verb.Job(settings, UNBOUNDED, Say(lambda line: None, err.append), signals).run()
     return code, err
 
 
