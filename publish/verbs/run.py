@@ -1,7 +1,9 @@
 """run: resolve, start COMMAND, publish its saves while it runs, pass stop signals on, scan once more, prune.
 
 The cli parses and checks the flags and installs the signal handlers (they call :meth:`Signals.note`); this
-module owns the rest of the sequence, with the process launcher and the batch system as parameters.
+module owns the rest of the sequence: :meth:`Run.settings` turns the flags and the environment into one
+:class:`Settings`, and a :class:`Job` runs them phase by phase, with the process launcher and the batch system
+as parts of it.
 """
 
 from __future__ import annotations
