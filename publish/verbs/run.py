@@ -1,7 +1,9 @@
 """run: resolve, start COMMAND, publish its saves while it runs, pass stop signals on, scan once more, prune.
 
 The cli parses and checks the flags and installs the signal handlers (they call :meth:`Signals.note`); this
-module owns the rest of the sequence, with the process launcher and the batch system as parameters.
+module owns the rest of the sequence: :meth:`Run.settings` turns the flags and the environment into one
+:class:`Settings`, and a :class:`Job` runs them phase by phase, with the process launcher and the batch system
+as parts of it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import time
 from publish.frameworks import CHOICES, Framework
 from publish.ops import Say, command, scan_flags
 from publish.ops.resolution import resolve, resolve_tiers
-from publish.ops.retention import Policy, bytes_flag, orphan_flags, orphans_of, policy_flags, policy_of
+from publish.ops.retention import Policy
+from publish.ops.retention_flags import RetentionFlags
 from publish.ops.scan import SignalStop, Watcher, bounded
 from publish.ops.scan_flags import describe
 from publish.process import child
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
     from publish.ops.events import Events
     from publish.ops.idle import Budget
     from publish.ops.metrics import Metrics
-    from publish.ops.tiers import Tiers
+    from publish.ops.tiers import Tiers, Uploader
 
 
 class Signals(SignalStop):
@@ -161,269 +164,317 @@ def status_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def run(
-    dl: Deadline,
-    store: Store,
-    say: Say,
-    framework: Framework,
-    attempt: str,
-    epoch: int,
-    command: list[str],
-    *,
-    env: Mapping[str, str],
-    root: str,
-    interval: float,
-    timeout: float,
-    signals: Signals,
-    keep: int | Policy | None = None,
-    resume_arg: str = "",
-    requeue: bool = False,
-    launch: Launch | None = None,
-    batch: Batch | None = None,
-    metrics: Metrics | None = None,
-    world_size: int = 0,
-    max_idle_requeues: int = 3,
-    tiers: Tiers | None = None,
-    events: Events | None = None,
-) -> int:
-    """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish, or
-    after a requeue refused to an idle dispatch (publish.ops.idle).  ``events`` (-on-publish, -on-mirror)
-    are told of each publication, and given -timeout at the very end; they never change the status."""
-    if requeue and (batch is None or not batch.job):
-        raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
-    saves = f"{EXEC}/{attempt}"
-    found: list[str] = []
-    source = store  # the tier the save resumed from was read on
-    if tiers is None:
-        resumed = resolve(dl, store, Say(found.append, say.warn))
-    else:
-        answer = resolve_tiers(dl, store, tiers.mirror, Say(found.append, say.warn))
-        resumed = answer[1] if answer else None
-        source = answer[0] if answer else store
-        if store.create_root(dl):  # node-local storage lost, or a new node: the mirror has the saves
-            say.warn(f"run: created {shown(store.root)}")
-    resume = found[0] if found else ""
-    budget = None
-    if requeue:  # a run without -requeue imports nothing of the idle count
-        from publish.ops.idle import Budget
+class Settings:
+    """What a run is asked to do, in one value built once from the flags and the environment (:meth:`Run.settings`).
 
-        # with -mirror the marks are on both tiers: the count survives a lost root (publish.ops.idle)
-        budget = Budget(store, max_idle_requeues, resumed, None if tiers is None else tiers.mirror, source)
-    say.warn(f"run: resuming from {resume}" if resume else "run: no save to resume from")
+    The first seven have no default; the others start as a run without their flags has them: -interval 10s,
+    -timeout 5m, no prune, no requeue, no Slurm job, no -metrics, -world-size not known, no -mirror, no events
+    (-on-publish, -on-mirror)."""
 
-    child_env = dict(env)
-    child_env.update(
-        CHECKPOINT=root,
-        DISPATCH_ATTEMPT=attempt,
-        DISPATCH_EPOCH=str(epoch),
-        PUBLISH_SAVES=store.location(saves),
-    )
-    child_env.pop("PUBLISH_RESUME", None)
-    argv = list(command)
-    if resume:
-        child_env["PUBLISH_RESUME"] = resume
-        if resume_arg:
-            argv += [resume_arg, resume]
-
-    watcher = Watcher(
-        store, say, framework, saves, epoch, lenient=True, metrics=metrics, world_size=world_size
-    )
-    watcher.events = events
-    if tiers is not None:
-        tiers.events = events
-    if signals.received:
-        say.warn(f"run: stopped by {signame(signals.received[0])} before {argv[0]} started")
-        if budget is not None:
-            budget.dl = Deadline(timeout)  # nothing was scanned, and nothing published
-        return _finish(
-            say, status_of(-signals.received[0]), False, None, keep, requeue, batch, metrics, budget
-        )
-    through_srun = batch is not None and bool(batch.job) and is_srun(argv)
-    waker = child.Waker(signals.wakeup_fd())
-    try:
-        if launch is None:
-            proc: Child = Process(argv, child_env, batch if through_srun else None)
-        else:
-            proc = launch(argv, child_env)
-        waker.watch(proc.pid)
-        scanner = _Scanner(watcher, say, interval, timeout)
-        scans = scanner.start()
-        if tiers is not None:
-            from publish.ops.tiers import Uploader
-
-            uploader = Uploader(tiers, interval)
-            watcher.on_publish = uploader.wake
-        code = _wait(proc, signals, waker, batch, say, argv[0])
-    finally:
-        waker.close()
-    status = status_of(code)
-    fault = False
-    stopped = bool(signals.received)
-
-    deadline = time.monotonic() + timeout
-    if stopped and through_srun and batch is not None:
-        # srun waits for its tasks after a job-wide signal (as tested); should it return first, the tasks may
-        # still be writing the save they make on that signal.
-        try:
-            while batch.steps_left() and time.monotonic() < deadline:
-                time.sleep(0.2)
-        except PublishError as e:
-            say.warn(f"run: could not wait for the job's steps: {e}")
-    scanner.halt.set()
-    scans.join(max(deadline - time.monotonic(), 0))
-    last = None  # the last scan's deadline, which prune then shares
-    if scans.is_alive():
-        say.warn(f"a scan of {store.location(saves)} did not finish within -timeout: no last scan")
-        fault = True
-    else:
-        try:
-            last = bounded(watcher, Deadline(max(deadline - time.monotonic(), 0.001)))
-        except Exception as e:
-            say.warn(describe(e))
-            fault = True
-    fault = fault or scanner.fault or watcher.fault
-    if tiers is not None:
-        # The saves made before COMMAND exited, uploaded before the prune (which keeps those still pending).
-        # uploads left unfinished within -timeout make the exit status non-zero, as a failed one does
-        finished = uploader.finish(timeout)
-        fault = fault or uploader.fault or not finished
-        if isinstance(keep, Policy):
-            keep.protect = tiers.protected
-        if last is not None:
-            last = Deadline(timeout)  # the prune's own -timeout, after the uploads' (each step in turn)
-    if budget is not None:
-        budget.dl = last
-    return _finish(
-        say, status, fault, (store, last) if last else None, keep, requeue and stopped, batch, metrics, budget,
-        events,
+    __slots__ = (
+        "store", "framework", "attempt", "epoch", "command", "env", "root", "interval", "timeout", "keep",
+        "resume_arg", "requeue", "max_idle_requeues", "batch", "metrics", "world_size", "tiers", "events",
     )  # fmt: skip
 
-
-def _wait(
-    command: Child, signals: Signals, waker: child.Waker, batch: Batch | None, say: Say, name: str
-) -> int:
-    """COMMAND's exit status once it has exited, each stop signal received meanwhile passed on to it.
-
-    Woken by COMMAND's exit and by each signal (child.Waker), not by a clock: it looks again at once."""
-    passed = 0
-    while True:
-        code = command.poll()
-        while passed < len(signals.received):
-            sig = signals.received[passed]
-            passed += 1
-            if code is None:
-                _pass_on(sig, command, batch, say, name)
-        if code is not None:
-            return code
-        signals.wait_past(passed, waker.timeout, waker.fds())
-        waker.wakes += 1
-
-
-def _pass_on(sig: int, command: Child, batch: Batch | None, say: Say, name: str) -> None:
-    """Send ``sig`` to COMMAND, unless Slurm has sent it to every process of the job already.
-
-    scancel and scontrol requeue make the job COMPLETING before they signal it (and scancel would wait on such
-    a job until KillWait); the warning signal (while being sent: SIGNALING) and ``scancel -b`` leave it
-    RUNNING: only publish run heard."""
-    if batch is not None and batch.job:
-        try:
-            state = batch.state()
-        except PublishError:
-            state = ""  # not known: pass it on
-        if state and state not in LIVE:
-            say.warn(f"run: job {batch.job} is {state}: Slurm signalled every process of it, {name} too")
-            return
-    say.warn(f"run: passing {signame(sig)} on to {name}")
-    try:
-        command.signal(sig)
-    except PublishError as e:  # COMMAND's own exit status tells what came of it
-        say.warn(f"run: could not pass {signame(sig)} on: {e}")
+    def __init__(
+        self,
+        store: Store,
+        framework: Framework,
+        attempt: str,
+        epoch: int,
+        command: list[str],
+        env: Mapping[str, str],
+        root: str,
+    ) -> None:
+        self.store = store
+        self.framework = framework
+        self.attempt = attempt
+        self.epoch = epoch
+        self.command = command
+        self.env = env
+        self.root = root  # -checkpoint as given: COMMAND's CHECKPOINT
+        self.interval = 10.0
+        self.timeout = 300.0
+        self.keep: int | Policy | None = None  # after COMMAND exits, prune to this
+        self.resume_arg = ""
+        self.requeue = False
+        self.max_idle_requeues = 3
+        self.batch: Batch | None = None
+        self.metrics: Metrics | None = None
+        self.world_size = 0
+        self.tiers: Tiers | None = None
+        self.events: Events | None = None
 
 
-def _finish(
-    say: Say,
-    status: int,
-    fault: bool,
-    scanned: tuple[Store, Deadline] | None,
-    keep: int | Policy | None,
-    requeue: bool,
-    batch: Batch | None,
-    metrics: Metrics | None = None,
-    budget: Budget | None = None,
-    events: Events | None = None,
-) -> int:
-    """Prune (after a last scan that finished), requeue when asked (and the idle budget allows), and the exit
-    status; then the events still queued are given -timeout (a requeue never waits for them); the metrics
-    file is written last, whatever happens."""
-    try:
-        return _prune_and_requeue(say, status, fault, scanned, keep, requeue, batch, metrics, budget)
-    finally:
-        if events is not None:
-            events.finish()
-        if metrics is not None:
-            metrics.flush(say.warn)
+class Job:
+    """One run, phase by phase: resolve, start COMMAND and wait for it while the scans (and with -mirror the
+    uploads) go on, the last scan, then prune, requeue and the exit status.  :meth:`run` is the whole of it."""
 
+    __slots__ = (
+        "s", "dl", "say", "signals", "launch", "saves", "budget", "watcher", "through_srun", "scanner", "scans",
+        "uploader", "stopped", "fault",
+    )  # fmt: skip
 
-def _prune_and_requeue(
-    say: Say,
-    status: int,
-    fault: bool,
-    scanned: tuple[Store, Deadline] | None,
-    keep: int | Policy | None,
-    requeue: bool,
-    batch: Batch | None,
-    metrics: Metrics | None,
-    budget: Budget | None,
-) -> int:
-    if keep is not None:
-        if scanned is None:
-            say.warn("run: prune left out: the last scan did not finish")
+    def __init__(
+        self, settings: Settings, dl: Deadline, say: Say, signals: Signals, launch: Launch | None = None
+    ) -> None:
+        self.s = settings
+        self.dl = dl  # the resolve's
+        self.say = say
+        self.signals = signals
+        self.launch = launch  # COMMAND's launcher; None: a Process
+        self.saves = f"{EXEC}/{settings.attempt}"
+        self.budget: Budget | None = None  # the idle count, with -requeue
+        self.through_srun = False
+        self.uploader: Uploader | None = None
+        self.stopped = False  # by a signal, as COMMAND exited
+        self.fault = False  # of publish: the exit status is then 1 where COMMAND's was 0
+
+    def run(self) -> int:
+        """The whole lifecycle; the exit status: COMMAND's, or 1 (when it was 0) after a fault of publish, or
+        after a requeue refused to an idle dispatch (publish.ops.idle).  The events (-on-publish, -on-mirror)
+        are told of each publication, and given -timeout at the very end; they never change the status."""
+        s = self.s
+        if s.requeue and (s.batch is None or not s.batch.job):
+            raise UsageError("-requeue needs a Slurm job: SLURM_JOB_ID is not set")
+        argv, child_env = self.command_line(self.resume())
+        self.watcher = Watcher(
+            s.store, self.say, s.framework, self.saves, s.epoch, lenient=True, metrics=s.metrics,
+            world_size=s.world_size,
+        )  # fmt: skip
+        self.watcher.events = s.events
+        if s.tiers is not None:
+            s.tiers.events = s.events
+        if self.signals.received:
+            return self.stopped_before(argv[0])
+        status = status_of(self.execute(argv, child_env))
+        return self.finish(status, self.last_scan(), s.events)
+
+    def resume(self) -> str:
+        """Resolve (on both tiers with -mirror), set up the idle count (with -requeue) and say what COMMAND
+        resumes from: the save's location, or ``""``."""
+        s, say = self.s, self.say
+        found: list[str] = []
+        source = s.store  # the tier the save resumed from was read on
+        if s.tiers is None:
+            resumed = resolve(self.dl, s.store, Say(found.append, say.warn))
         else:
-            from publish.ops.retention import prune
+            answer = resolve_tiers(self.dl, s.store, s.tiers.mirror, Say(found.append, say.warn))
+            resumed = answer[1] if answer else None
+            source = answer[0] if answer else s.store
+            if s.store.create_root(
+                self.dl
+            ):  # node-local storage lost, or a new node: the mirror has the saves
+                say.warn(f"run: created {shown(s.store.root)}")
+        resume = found[0] if found else ""
+        if s.requeue:  # a run without -requeue imports nothing of the idle count
+            from publish.ops.idle import Budget
 
+            # with -mirror the marks are on both tiers: the count survives a lost root (publish.ops.idle)
+            mirror = None if s.tiers is None else s.tiers.mirror
+            self.budget = Budget(s.store, s.max_idle_requeues, resumed, mirror, source)
+        say.warn(f"run: resuming from {resume}" if resume else "run: no save to resume from")
+        return resume
+
+    def command_line(self, resume: str) -> tuple[list[str], dict[str, str]]:
+        """COMMAND's arguments (-resume-arg and the save appended) and environment."""
+        s = self.s
+        child_env = dict(s.env)
+        child_env.update(
+            CHECKPOINT=s.root,
+            DISPATCH_ATTEMPT=s.attempt,
+            DISPATCH_EPOCH=str(s.epoch),
+            PUBLISH_SAVES=s.store.location(self.saves),
+        )
+        child_env.pop("PUBLISH_RESUME", None)
+        argv = list(s.command)
+        if resume:
+            child_env["PUBLISH_RESUME"] = resume
+            if s.resume_arg:
+                argv += [s.resume_arg, resume]
+        return argv, child_env
+
+    def stopped_before(self, name: str) -> int:
+        """A stop signal came before COMMAND started: it is not started; nothing was scanned or published."""
+        first = self.signals.received[0]
+        self.say.warn(f"run: stopped by {signame(first)} before {name} started")
+        if self.budget is not None:
+            self.budget.dl = Deadline(self.s.timeout)  # nothing was scanned, and nothing published
+        self.stopped = True
+        return self.finish(status_of(-first), None, None)
+
+    def execute(self, argv: list[str], child_env: dict[str, str]) -> int:
+        """Start COMMAND, the scans and (with -mirror) the uploads; COMMAND's exit code once it has exited."""
+        s = self.s
+        self.through_srun = s.batch is not None and bool(s.batch.job) and is_srun(argv)
+        waker = child.Waker(self.signals.wakeup_fd())
+        try:
+            if self.launch is None:
+                proc: Child = Process(argv, child_env, s.batch if self.through_srun else None)
+            else:
+                proc = self.launch(argv, child_env)
+            waker.watch(proc.pid)
+            self.scanner = _Scanner(self.watcher, self.say, s.interval, s.timeout)
+            self.scans = self.scanner.start()
+            if s.tiers is not None:
+                from publish.ops.tiers import Uploader
+
+                self.uploader = Uploader(s.tiers, s.interval)
+                self.watcher.on_publish = self.uploader.wake
+            code = self.wait(proc, waker, argv[0])
+        finally:
+            waker.close()
+        self.stopped = bool(self.signals.received)
+        return code
+
+    def wait(self, command: Child, waker: child.Waker, name: str) -> int:
+        """COMMAND's exit status once it has exited, each stop signal received meanwhile passed on to it.
+
+        Woken by COMMAND's exit and by each signal (child.Waker), not by a clock: it looks again at once."""
+        signals = self.signals
+        passed = 0
+        while True:
+            code = command.poll()
+            while passed < len(signals.received):
+                sig = signals.received[passed]
+                passed += 1
+                if code is None:
+                    self.pass_on(sig, command, name)
+            if code is not None:
+                return code
+            signals.wait_past(passed, waker.timeout, waker.fds())
+            waker.wakes += 1
+
+    def pass_on(self, sig: int, command: Child, name: str) -> None:
+        """Send ``sig`` to COMMAND, unless Slurm has sent it to every process of the job already.
+
+        scancel and scontrol requeue make the job COMPLETING before they signal it (and scancel would wait on
+        such a job until KillWait); the warning signal (while being sent: SIGNALING) and ``scancel -b`` leave it
+        RUNNING: only publish run heard."""
+        batch, say = self.s.batch, self.say
+        if batch is not None and batch.job:
             try:
-                removed = prune(scanned[1], scanned[0], say, keep)
-                if metrics is not None:
-                    metrics.count("publish_prune_removed_total", removed)
-                    metrics.measure(scanned[1], scanned[0], say.warn)  # what the prune left
+                state = batch.state()
+            except PublishError:
+                state = ""  # not known: pass it on
+            if state and state not in LIVE:
+                say.warn(f"run: job {batch.job} is {state}: Slurm signalled every process of it, {name} too")
+                return
+        say.warn(f"run: passing {signame(sig)} on to {name}")
+        try:
+            command.signal(sig)
+        except PublishError as e:  # COMMAND's own exit status tells what came of it
+            say.warn(f"run: could not pass {signame(sig)} on: {e}")
+
+    def last_scan(self) -> Deadline | None:
+        """Stop the scans and scan once more, all within -timeout; then (with -mirror) finish the uploads.
+        The deadline the prune then shares, or None when the last scan did not finish."""
+        s, say = self.s, self.say
+        deadline = time.monotonic() + s.timeout
+        if self.stopped and self.through_srun and s.batch is not None:
+            # srun waits for its tasks after a job-wide signal (as tested); should it return first, the tasks may
+            # still be writing the save they make on that signal.
+            try:
+                while s.batch.steps_left() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+            except PublishError as e:
+                say.warn(f"run: could not wait for the job's steps: {e}")
+        self.scanner.halt.set()
+        self.scans.join(max(deadline - time.monotonic(), 0))
+        last = None  # the last scan's deadline, which prune then shares
+        if self.scans.is_alive():
+            say.warn(f"a scan of {s.store.location(self.saves)} did not finish within -timeout: no last scan")
+            self.fault = True
+        else:
+            try:
+                last = bounded(self.watcher, Deadline(max(deadline - time.monotonic(), 0.001)))
             except Exception as e:
                 say.warn(describe(e))
-                fault = True
-    if requeue and batch is not None:
+                self.fault = True
+        self.fault = self.fault or self.scanner.fault or self.watcher.fault
+        if self.uploader is not None:
+            last = self.uploads(self.uploader, last)
+        if self.budget is not None:
+            self.budget.dl = last
+        return last
+
+    def uploads(self, uploader: Uploader, last: Deadline | None) -> Deadline | None:
+        """The saves made before COMMAND exited, uploaded before the prune (which keeps those still pending);
+        the prune's deadline: its own -timeout, after the uploads' (each step in turn)."""
+        # uploads left unfinished within -timeout make the exit status non-zero, as a failed one does
+        finished = uploader.finish(self.s.timeout)
+        self.fault = self.fault or uploader.fault or not finished
+        if isinstance(self.s.keep, Policy):
+            self.s.keep.protect = uploader.tiers.protected
+        return None if last is None else Deadline(self.s.timeout)
+
+    def finish(self, status: int, last: Deadline | None, events: Events | None) -> int:
+        """Prune (after a last scan that finished: ``last`` is its deadline), requeue when asked (and the idle
+        budget allows), and the exit status; then ``events`` still queued are given -timeout (a requeue never
+        waits for them); the metrics file is written last, whatever happens."""
+        try:
+            if self.s.keep is not None:
+                self.prune(self.s.keep, last)
+            batch = self.s.batch
+            if self.s.requeue and self.stopped and batch is not None and not self.requeue(batch):
+                return status or 1  # so Slurm ends the job FAILED
+            return 1 if self.fault and status == 0 else status
+        finally:
+            if events is not None:
+                events.finish()
+            if self.s.metrics is not None:
+                self.s.metrics.flush(self.say.warn)
+
+    def prune(self, keep: int | Policy, last: Deadline | None) -> None:
+        s, say = self.s, self.say
+        if last is None:
+            say.warn("run: prune left out: the last scan did not finish")
+            return
+        from publish.ops.retention import prune
+
+        try:
+            removed = prune(last, s.store, say, keep)
+            if s.metrics is not None:
+                s.metrics.count("publish_prune_removed_total", removed)
+                s.metrics.measure(last, s.store, say.warn)  # what the prune left
+        except Exception as e:
+            say.warn(describe(e))
+            self.fault = True
+
+    def requeue(self, batch: Batch) -> bool:
+        """Ask Slurm to requeue the job while it runs; False when -max-idle-requeues refused it."""
+        say = self.say
         try:
             state = batch.state()
             # After scancel or scontrol requeue the job is COMPLETING: Slurm ends it or brings it back itself,
             # and a requeue now would revive a job someone cancelled.
             if state in LIVE:
-                allowed, failed = _may_requeue(budget, say, batch.job)
-                fault = fault or failed
+                allowed, failed = self.may_requeue(batch.job)
+                self.fault = self.fault or failed
                 if not allowed:
-                    return status or 1  # so Slurm ends the job FAILED
+                    return False
                 batch.requeue()
                 say.warn(f"run: asked Slurm to requeue job {batch.job}")
-                if metrics is not None:
-                    metrics.count("publish_requeues_total")
+                if self.s.metrics is not None:
+                    self.s.metrics.count("publish_requeues_total")
             else:
                 say.warn(f"run: job {batch.job} is {state or 'gone'}: not requeued")
         except PublishError as e:
             say.warn(f"run: requeue failed: {e}")
-            fault = True
-    if fault and status == 0:
-        return 1
-    return status
+            self.fault = True
+        return True
 
-
-def _may_requeue(budget: Budget | None, say: Say, job: str) -> tuple[bool, bool]:
-    """(allowed, failed): allowed is False when -max-idle-requeues refuses this idle dispatch its requeue;
-    a store failing on the way is said, and the job requeued all the same (failed: the exit status is 1
-    where COMMAND's was 0)."""
-    if budget is None:
-        return True, False
-    try:
-        return budget.allows(say, job), budget.failed
-    except Exception as e:
-        say.warn(f"run: could not count the idle requeues ({describe(e)}): requeued all the same")
-        return True, True
+    def may_requeue(self, job: str) -> tuple[bool, bool]:
+        """(allowed, failed): allowed is False when -max-idle-requeues refuses this idle dispatch its requeue;
+        a store failing on the way is said, and the job requeued all the same (failed: the exit status is 1
+        where COMMAND's was 0)."""
+        if self.budget is None:
+            return True, False
+        try:
+            return self.budget.allows(self.say, job), self.budget.failed
+        except Exception as e:
+            self.say.warn(f"run: could not count the idle requeues ({describe(e)}): requeued all the same")
+            return True, True
 
 
 class Run(scan_flags.SavesCommand):
@@ -441,9 +492,7 @@ class Run(scan_flags.SavesCommand):
         fs = self.fs
         keep = "after COMMAND exits, prune to the latest `N` (default: no prune)"
         self.keep = fs.custom("keep", None, keep, _decimal(1), "N")
-        self.keep_every, self.keep_within = policy_flags(fs)
-        self.keep_bytes = bytes_flag(fs)
-        self.orphans, self.orphans_age = orphan_flags(fs)
+        self.retention = RetentionFlags(fs)
         resume = "when there is a save, append `FLAG` and its location to COMMAND"
         self.resume_arg = fs.string("resume-arg", "", resume)
         sig = "a `SIG` passed on as SIGTERM and SIGINT are (e.g. USR1)"
@@ -458,6 +507,15 @@ class Run(scan_flags.SavesCommand):
         return scan_flags.Trap(signals, signals.note, self.signal.value)
 
     def run(self, call: command.Call) -> int:
+        settings = self.settings(call)
+        dl = self.deadline(call)
+        signals = call.stop if isinstance(call.stop, Signals) else Signals()
+        settings.keep = self.keep_of(settings.attempt)
+        return Job(settings, dl, call.say, signals).run()
+
+    def settings(self, call: command.Call) -> Settings:
+        """The run's settings from the flags and the environment, each checked; the store opened, and with
+        -mirror the mirror too (its old multipart uploads aborted).  -keep's are :meth:`keep_of`'s."""
         scan_flags.expect_command(call)
         root = self.root(call)
         framework = self.chosen()
@@ -476,36 +534,27 @@ class Run(scan_flags.SavesCommand):
         world_size = self.world_size_of(call)
         events = self.events_for(call, framework, metrics)
         store = self.open(call, root, renew=True).store
-        orphan_age = self.orphans_age.value if self.orphans.value else None
-        tiers = None
+        s = Settings(store, framework, attempt, epoch, call.args, call.env, root.text)
+        s.interval, s.timeout, s.batch = self.interval.value, timeout, batch
+        s.metrics, s.world_size, s.events = metrics, world_size, events
+        s.resume_arg, s.requeue = self.resume_arg.value, self.requeue.value
+        s.max_idle_requeues = self.max_idle.value
+        retention = self.retention
+        orphan_age = retention.age.value if retention.orphans.value else None
         if self.mirrored is not None:  # else nothing of the mirror is imported
             from publish.ops.tiers import open_tiers
 
             # -mirror: its old multipart uploads aborted
-            tiers = open_tiers(self, call, self.mirrored, store, orphan_age)
-        dl = self.deadline(call)
-        signals = call.stop if isinstance(call.stop, Signals) else Signals()
-        resume_arg, requeue = self.resume_arg.value, self.requeue.value
-        keep = (
-            None
-            if self.keep.value is None
-            else policy_of(self.keep.value, self.keep_every, self.keep_within, self.keep_bytes)
-        )
-        if keep is None and (self.keep_every.is_set or self.keep_within.is_set):
-            raise UsageError("-keep-every and -keep-within apply to the prune -keep N asks for: give -keep")
-        if keep is None and self.keep_bytes.is_set:
-            raise UsageError("-keep-bytes applies to the prune -keep N asks for: give -keep")
-        orphans = orphans_of(self.orphans, self.orphans_age, attempt)  # the current attempt is never touched
-        if keep is None and orphans is not None:
-            raise UsageError("-orphans applies to the prune -keep N asks for: give -keep")
-        if keep is not None:
-            keep.orphans = orphans
-        return run(
-            dl, store, call.say, framework, attempt, epoch, call.args, env=call.env, root=root.text,
-            interval=self.interval.value, timeout=timeout, signals=signals, keep=keep, resume_arg=resume_arg,
-            requeue=requeue, batch=batch, metrics=metrics, world_size=world_size,
-            max_idle_requeues=self.max_idle.value, tiers=tiers, events=events,
-        )  # fmt: skip
+            s.tiers = open_tiers(self, call, self.mirrored, store, orphan_age)
+        return s
+
+    def keep_of(self, attempt: str) -> Policy | None:
+        """The prune -keep asks for (with -keep-every, -keep-within, -keep-bytes and -orphans), or None."""
+        retention, keep = self.retention, self.keep.value
+        if keep is None:
+            retention.without_keep("asks for")
+        orphans = retention.orphans_of(attempt)  # the current attempt is never touched
+        return None if keep is None else retention.policy(keep, orphans)
 
 
 def _decimal(minimum: int) -> Callable[[str], int]:

@@ -308,10 +308,11 @@ def test_run_called_without_a_slurm_job_refuses_requeue_in_the_same_words(tmp_pa
     signals = run_verb.Signals()
     try:
         with pytest.raises(UsageError) as info:
-            run_verb.run(
-                UNBOUNDED, PosixStore(str(tmp_path)), Say(print, print), FRAMEWORKS["hf"], "a", 1, ["true"],
-                env={}, root=str(tmp_path), interval=0.1, timeout=10, signals=signals, requeue=True,
-            )  # fmt: skip
+            settings = run_verb.Settings(
+                PosixStore(str(tmp_path)), FRAMEWORKS["hf"], "a", 1, ["true"], {}, str(tmp_path)
+            )
+            settings.interval, settings.timeout, settings.requeue = 0.1, 10, True
+            run_verb.Job(settings, UNBOUNDED, Say(print, print), signals).run()
     finally:
         signals.close()
     assert str(info.value) == "-requeue needs a Slurm job: SLURM_JOB_ID is not set"
@@ -376,11 +377,11 @@ def test_on_slurm_a_signal_is_passed_on_and_the_job_requeued_only_while_it_runs(
         signals.note(signal.SIGTERM)
         return child
 
-    code = run_verb.run(
-        UNBOUNDED, PosixStore(str(root)), Say(out.append, err.append), FRAMEWORKS["hf"], "a", 1, command,
-        env=base_env(), root=str(root), interval=0.1, timeout=10, signals=signals, requeue=True,
-        launch=launch, batch=batch,
-    )  # fmt: skip
+    settings = run_verb.Settings(
+        PosixStore(str(root)), FRAMEWORKS["hf"], "a", 1, command, base_env(), str(root)
+    )
+    settings.interval, settings.timeout, settings.requeue, settings.batch = 0.1, 10, True, batch
+    code = run_verb.Job(settings, UNBOUNDED, Say(out.append, err.append), signals, launch).run()
     signals.close()
     assert batch.calls == calls, err
     assert code == status, err  # a failed requeue is said; COMMAND's status is non-zero already

@@ -1,4 +1,4 @@
-"""COMMAND as ``publish run`` starts it and waits for it (publish/verbs/child.py).
+"""COMMAND as ``publish run`` starts it and waits for it (publish/process/child.py).
 
 It is started as ``subprocess.Popen(argv, env=env, process_group=0)`` started it (PATH from COMMAND's own
 environment, its own process group, every other descriptor closed, SIGPIPE and SIGXFSZ at their default),
@@ -153,10 +153,9 @@ def waker(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[child.Waker]]:
 
 def run_in_process(root: Path, argv: list[str], signals: run_verb.Signals) -> tuple[int, list[str]]:
     err: list[str] = []
-    code = run_verb.run(
-        UNBOUNDED, PosixStore(str(root)), Say(lambda line: None, err.append), FRAMEWORKS["hf"], "a", 1, argv,
-        env=base_env(), root=str(root), interval=3600, timeout=30, signals=signals,
-    )  # fmt: skip
+    settings = run_verb.Settings(PosixStore(str(root)), FRAMEWORKS["hf"], "a", 1, argv, base_env(), str(root))
+    settings.interval, settings.timeout = 3600, 30
+    code = run_verb.Job(settings, UNBOUNDED, Say(lambda line: None, err.append), signals).run()
     return code, err
 
 

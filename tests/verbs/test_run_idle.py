@@ -1,4 +1,4 @@
-"""``run -requeue -max-idle-requeues K``: requeue only while training advances (publish/verbs/idle.py).
+"""``run -requeue -max-idle-requeues K``: requeue only while training advances (publish/ops/idle.py).
 
 Dispatches of one job, each a call of ``publish run`` with a Slurm job that is RUNNING (a fake: its state
 and its requeues), stopped by SIGTERM as the warning signal stops it. A dispatch after which ``resolve``
@@ -91,11 +91,10 @@ def dispatch(
         return proc
 
     try:
-        code = run_verb.run(
-            UNBOUNDED, store, Say(out.append, err.append), FRAMEWORKS["hf"], attempt, epoch, command,
-            env=base_env(), root=store.root, interval=3600, timeout=30, signals=signals, requeue=True,
-            launch=launch, batch=job, max_idle_requeues=k, tiers=tiers,
-        )  # fmt: skip
+        settings = run_verb.Settings(store, FRAMEWORKS["hf"], attempt, epoch, command, base_env(), store.root)
+        settings.interval, settings.timeout, settings.requeue, settings.batch = 3600, 30, True, job
+        settings.max_idle_requeues, settings.tiers = k, tiers
+        code = run_verb.Job(settings, UNBOUNDED, Say(out.append, err.append), signals, launch).run()
     finally:
         signals.close()
     return code, out, err

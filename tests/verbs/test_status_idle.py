@@ -1,4 +1,4 @@
-"""``status -mirror`` shows run -requeue -mirror's idle count: the count run would use (publish/verbs/idle.py),
+"""``status -mirror`` shows run -requeue -mirror's idle count: the count run would use (publish/ops/idle.py),
 the union of both tiers' marks of the save resolve -mirror answers, also once the fast root is lost."""
 
 from __future__ import annotations
