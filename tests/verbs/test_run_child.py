@@ -129,7 +129,7 @@ def test_command_gets_no_other_descriptor_default_signals_and_a_group_of_its_own
 
 # publish run from the source with COMMAND started through subprocess, as where posix_spawn is not trusted
 SUBPROCESS_PATH = (
-    "import sys; from publish.verbs import child; child.spawn_reports_exec_errors = lambda: False; "
+    "import sys; from publish.process import child; child.spawn_reports_exec_errors = lambda: False; "
     "sys.argv[0] = 'publish'; from publish.cli import run; sys.exit(run())"
 )
 

@@ -17,6 +17,7 @@ import pytest
 
 from publish.frameworks import FRAMEWORKS
 from publish.ops import Say
+from publish.ops.scan import Watcher
 from publish.rules import layout
 from publish.rules.deadline import Deadline
 from publish.rules.errors import Failure
@@ -212,7 +213,7 @@ def test_timeout_bounds_the_last_scan(root: Path) -> None:
     store: Any = HangingReads(root, release)
     try:
         with pytest.raises(Failure, match="did not finish within -timeout"):
-            watch(store, say, FRAMEWORKS["hf"], "exec/A", 0, 3600.0, 0.5, stop)
+            watch(Watcher(store, say, FRAMEWORKS["hf"], "exec/A", 0), 3600.0, 0.5, stop, None, None)
         assert not (root / "pub").exists()  # before the release: the abandoned scan may publish after it
     finally:
         release.set()
