@@ -9,7 +9,7 @@ TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the 
 if TYPE_CHECKING:
     from typing import Callable
 
-    from publish.ops.scan_flags import Trap
+    from publish.ops.command import Trap
 
 
 def block_all() -> None:

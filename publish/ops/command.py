@@ -18,12 +18,19 @@ from publish.rules.redact import quoted, shown
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any
+    from typing import Any, Callable, Protocol
 
     from publish.ops import Say
     from publish.ops.mirror_flags import Mirror, MirrorFlags
-    from publish.ops.scan_flags import Trap
     from publish.rules.go.flags import Flag, FlagError
+
+    class Trap(Protocol):
+        """What a verb that runs until a signal asks of the cli (publish.ops.scan_flags.Trap makes one)."""
+
+        stop: Any
+        handler: Callable[[int], None]
+        extra: int | None
+
 
 ROOT_FLAGS = "-checkpoint ROOT [-creds LIST [-proxy URL]] [-timeout 5m]"
 

@@ -54,18 +54,33 @@ def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, p
                 detail = f" ({e})" if why == DOOMED else ""
                 raise Overlapped(f"save {where}: {why}{detail}: not published") from None
             raise
+    return enter(dl, store, say, layout.Entry(epoch, step, path, name), rows)
+
+
+def enter(
+    dl: Deadline, store: Store, say: Say, entry: layout.Entry, rows: Rows | None, tier: str = ""
+) -> bool:
+    """Create ``entry`` (its manifest ``rows`` written, or None: it was there already), then read tomb/ and
+    the save (:func:`overlapped`): a prune that overlapped withdraws it, raising :class:`Overlapped`; else
+    print it, or say it was already there.  True when created.  ``tier``: ``" on the mirror"`` for the
+    mirror's entry (publish.ops.tiers), which its messages name."""
+    name, path = entry.name, entry.path
+    where = shown(store.location(path))
     created = store.create_entry(dl, name)
     why = overlapped(dl, store, path, rows)
     if why:
         if created:
             withdraw(dl, store, name, rows is not None)
+        if tier:
+            raise Overlapped(f"{where}: {why}{tier}: not published there")
+        if created:
             raise Overlapped(f"save {where}: {why}: its entry {name} withdrawn, not published")
         raise Overlapped(f"save {where}: {why}: not published")
     if created:
         rebind(dl, store, name, path, rows, say)
-        say.out(f"published {name} (epoch {epoch}, step {step}, {where})")
+        say.out(f"published {name} (epoch {entry.epoch}, step {entry.step}, {where})")
         return True
-    say.warn(f"{name} already published (epoch {epoch}, step {step}, {where})")
+    say.warn(f"{name} already published (epoch {entry.epoch}, step {entry.step}, {where})")
     return False
 
 
@@ -87,7 +102,14 @@ def overlapped(
     return ""
 
 
-def rebind(dl: Deadline, store: Store, name: str, path: str, rows: Rows | None, say: Say) -> None:
+def rebind(
+    dl: Deadline,
+    store: Store,
+    name: str,
+    path: str,
+    rows: Sequence[tuple[str, int, str | None]] | None,
+    say: Say,
+) -> None:
     """Look at the manifest of the entry ``name`` again, now that this publication made the entry and read
     tomb/, and write it again (``rows``, else from the save) if it is gone.  A prune that removed an entry
     of the same name (an older publication of this save, epoch and step) removes its manifest by name

@@ -184,7 +184,7 @@ class Tiers:
             expect = _manifest_rows(dl, fast, entry.name)
             if until is None:
                 dl = Deadline(self.timeout + _size(dl, fast, entry.path, expect) / RATE_FLOOR)
-            from publish.ops.publishing import DOOMED, Overlapped, doomed_folders, overlapped, withdraw
+            from publish.ops.publishing import DOOMED, Overlapped, doomed_folders, enter
             from publish.stores.transfer import upload_save
 
             try:
@@ -203,26 +203,13 @@ class Tiers:
             from publish.rules import manifest
 
             mirror.write_manifest(dl, entry.name, manifest.encode(entry.name, rows))
-            where = shown(mirror.location(entry.path))
-            created = mirror.create_entry(dl, entry.name)
             # The entry is this side's mark; then tomb/ and the save are read: a -mirror-keep prune (of
             # this process or another) that overlapped is seen, or sees the entry (publish_entry).
-            why = overlapped(dl, mirror, entry.path, rows)
-            if why:
-                if created:
-                    withdraw(dl, mirror, entry.name, True)
-                raise Overlapped(f"{where}: {why} on the mirror: not published there")
+            created = enter(dl, mirror, self.say, entry, rows, " on the mirror")
             self.seen.append(entry.name)
-            if created:
-                # a -mirror-keep prune that removed an entry of this name may have taken this manifest
-                if not mirror.exists(dl, f"{MAN}/{entry.name}"):
-                    mirror.write_manifest(dl, entry.name, manifest.encode(entry.name, rows))
-                self.say.out(f"published {entry.name} (epoch {entry.epoch}, step {entry.step}, {where})")
-                if self.events is not None:
-                    self.events.fire("mirror", mirror, entry.epoch, entry.step, entry.path)
-                return True
-            self.say.warn(f"{entry.name} already published (epoch {entry.epoch}, step {entry.step}, {where})")
-            return False
+            if created and self.events is not None:
+                self.events.fire("mirror", mirror, entry.epoch, entry.step, entry.path)
+            return created
         finally:
             self.busy.discard(entry.name)
 
