@@ -58,7 +58,12 @@ def publish_entry(dl: Deadline, store: Store, say: Say, epoch: int, step: int, p
 
 
 def enter(
-    dl: Deadline, store: Store, say: Say, entry: layout.Entry, rows: Rows | None, tier: str = ""
+    dl: Deadline,
+    store: Store,
+    say: Say,
+    entry: layout.Entry,
+    rows: Sequence[tuple[str, int, str | None]] | None,
+    tier: str = "",
 ) -> bool:
     """Create ``entry`` (its manifest ``rows`` written, or None: it was there already), then read tomb/ and
     the save (:func:`overlapped`): a prune that overlapped withdraws it, raising :class:`Overlapped`; else
