@@ -11,6 +11,10 @@ fresh prefix (the order rotates from round to round), and removes what was uploa
 - rclone: ``rclone copy --transfers JOBS`` (its other settings default);
 - aws: ``aws s3 cp --recursive`` with ``max_concurrent_requests = JOBS`` (its other settings default);
 - boto3: ``upload_file`` of each file in turn with the default TransferConfig (10 threads a file);
+- crt: boto3's transfer manager over the AWS CRT (``pip install 'boto3[crt]'``), as boto3 uploads with
+  ``preferred_transfer_client="crt"``: every file queued at once, the CRT's own threads, parts and CRC32;
+- sha256: Python's ``hashlib.sha256`` (OpenSSL) of the same files, 8 MiB reads into one buffer, one thread:
+  what publish computes that the CRT does not, so publish's target is crt + sha256 (issue 32);
 - sha256sum: ``sha256sum`` of the same files: the floor for ``resolve -verify=deep``.
 
 For each: the wall time (throughput = bytes / wall), the CPU seconds (user + sys) of the uploader's process
@@ -43,7 +47,7 @@ from tests.support.servers import Weed  # noqa: E402
 BEGIN, END = "<!-- bench/mirror.py: begin -->", "<!-- bench/mirror.py: end -->"
 GIB = 1 << 30
 MIB = 1 << 20
-TOOLS = ("publish", "rclone", "aws", "boto3", "sha256sum")
+TOOLS = ("publish", "rclone", "aws", "boto3", "crt", "sha256", "sha256sum")
 
 
 def parse_size(text: str) -> int:
@@ -177,6 +181,55 @@ def child_boto3(args: argparse.Namespace) -> int:
     return 0
 
 
+def child_crt(args: argparse.Namespace) -> int:
+    """boto3's CRT transfer manager (s3transfer.crt, what ``preferred_transfer_client="crt"`` makes), pointed
+    at the endpoint over http: boto3's own path to it always builds a client for AWS over TLS, so the CRT's
+    S3 client is made here as boto3 makes it (the machine's processors as its threads, its default target
+    throughput, 8 MiB parts) with the endpoint given to the request serializer, as the AWS CLI does."""
+    import awscrt.auth
+    import botocore.session
+    from s3transfer.crt import BotocoreCRTRequestSerializer, CRTTransferManager, create_s3_crt_client
+
+    root, save, bucket, prefix, endpoint = args.child
+    provider = awscrt.auth.AwsCredentialsProvider.new_static(
+        os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]
+    )
+    client = create_s3_crt_client("us-east-1", crt_credentials_provider=provider, use_ssl=False)
+    serializer = BotocoreCRTRequestSerializer(
+        botocore.session.Session(), {"endpoint_url": endpoint, "region_name": "us-east-1"}
+    )
+    base = Path(root) / save
+    with CRTTransferManager(client, serializer) as manager:
+        futures = [
+            manager.upload(str(p), bucket, f"{prefix}/{save}/{p.relative_to(base).as_posix()}")
+            for p in sorted(base.rglob("*"))
+            if p.is_file()
+        ]
+        for future in futures:
+            future.result()
+    return 0
+
+
+def child_sha256(args: argparse.Namespace) -> int:
+    """OpenSSL's SHA-256 (hashlib) of every file of the save, 8 MiB reads into one buffer."""
+    import hashlib
+
+    root, save = args.child[:2]
+    buf = bytearray(8 * MIB)
+    view = memoryview(buf)
+    for p in sorted((Path(root) / save).rglob("*")):
+        if p.is_file():
+            h = hashlib.sha256()
+            with open(p, "rb", buffering=0) as f:
+                while True:
+                    n = f.readinto(buf)
+                    if not n:
+                        break
+                    h.update(view[:n])
+            print(h.hexdigest(), p)
+    return 0
+
+
 def commands(
     tool: str,
     root: Path,
@@ -204,6 +257,10 @@ def commands(
         return [*me, "--child-publish", *child], env
     if tool == "boto3":
         return [*me, "--child-boto3", *child], env
+    if tool == "crt":
+        return [*me, "--child-crt", *child], env
+    if tool == "sha256":
+        return [*me, "--child-sha256", *child], env
     if tool == "rclone":
         env.update(
             {
@@ -273,6 +330,14 @@ def fmt(values: list[float], scale: float, digits: int = 2) -> str:
     return f"{med:.{digits}f} ({min(values) / scale:.{digits}f}-{max(values) / scale:.{digits}f})"
 
 
+def crt_version() -> str:
+    try:
+        import awscrt
+    except ImportError:
+        return ""
+    return f"; awscrt {awscrt.__version__}"
+
+
 def machine(weed_version: str, load: list[tuple[float, float, float]]) -> str:
     cpu = ""
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -290,7 +355,7 @@ def machine(weed_version: str, load: list[tuple[float, float, float]]) -> str:
     loads = ", ".join(f"{a:.1f}" for a, _, _ in load)
     return (
         f"Machine: nproc {os.cpu_count()}; cpu {cpu}; python {platform.python_version()}; {weed_version}; "
-        f"{'; '.join(versions)}; boto3 {boto3.__version__}; 1-minute load before each round: {loads}"
+        f"{'; '.join(versions)}; boto3 {boto3.__version__}{crt_version()}; 1-minute load before each round: {loads}"
     )
 
 
@@ -304,6 +369,8 @@ def main() -> int:
     ap.add_argument("--write", type=Path)
     ap.add_argument("--child-publish", nargs=5, dest="child_publish", metavar="X")
     ap.add_argument("--child-boto3", nargs=5, dest="child_boto3", metavar="X")
+    ap.add_argument("--child-crt", nargs=5, dest="child_crt", metavar="X")
+    ap.add_argument("--child-sha256", nargs=5, dest="child_sha256", metavar="X")
     args = ap.parse_args()
     if args.child_publish:
         args.child = args.child_publish
@@ -311,6 +378,12 @@ def main() -> int:
     if args.child_boto3:
         args.child = args.child_boto3
         return child_boto3(args)
+    if args.child_crt:
+        args.child = args.child_crt
+        return child_crt(args)
+    if args.child_sha256:
+        args.child = args.child_sha256
+        return child_sha256(args)
     tools = [t for t in args.only.split(",") if t]
     for t in tools:
         if t not in TOOLS:
@@ -320,6 +393,8 @@ def main() -> int:
             raise SystemExit(
                 f"{exe} is not installed (rclone: apt-get install -y rclone; aws: pip install awscli)"
             )
+    if "crt" in tools and not crt_version():
+        raise SystemExit("the CRT is not installed: pip install 'boto3[crt]' (or leave out crt with --only)")
     total = parse_size(args.size)
     tmp = Path(tempfile.mkdtemp(prefix="publish-bench-mirror-"))
     (tmp / "weed").mkdir()
@@ -346,7 +421,7 @@ def main() -> int:
                     tool, src, "step-100", bucket, prefix, weed, args.jobs, tmp, files, args.part_size
                 )
                 m = run_measured(argv, env, weed.proc.pid)
-                if tool != "sha256sum":
+                if tool not in ("sha256", "sha256sum"):
                     check(weed, bucket, prefix, files, src, "step-100")
                     clear(weed, bucket, prefix)
                 results[tool].append(m)
@@ -374,9 +449,20 @@ def main() -> int:
             f"| {tool} | {fmt([nbytes / m['wall'] for m in ms], MIB, 0)} | {fmt([m['cpu'] for m in ms], gib)} | "
             f"{statistics.median([m['sys'] for m in ms]) / gib:.2f} | "
             f"{fmt([m['rss'] for m in ms], MIB, 0)} | "
-            + (fmt([m["server"] for m in ms], gib) if tool != "sha256sum" else "-")
+            + (fmt([m["server"] for m in ms], gib) if tool not in ("sha256", "sha256sum") else "-")
             + " |"
         )
+    if all(t in tools for t in ("publish", "crt", "sha256")):
+        ratios = [
+            p["cpu"] / (c["cpu"] + h["cpu"])
+            for p, c, h in zip(results["publish"], results["crt"], results["sha256"])
+        ]
+        lines += [
+            "",
+            "publish's CPU over the target (crt + sha256, the same round), per round: "
+            + ", ".join(f"{r:.2f}" for r in ratios)
+            + f"; median {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})",
+        ]
     text = "\n".join(lines)
     print(text)
     if args.write:

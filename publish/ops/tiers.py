@@ -188,7 +188,7 @@ class Tiers:
             from publish.stores.transfer import upload_save
 
             try:
-                rows = upload_save(dl, fast, entry.path, mirror, expect=expect)  # type: ignore[arg-type]
+                rows = upload_save(dl, fast, entry.path, mirror, expect=expect)
             except PublishError as e:  # objects a prune of the mirror removes under the upload: said as such
                 if not doomed_folders(dl, mirror).related(entry.path):
                     raise

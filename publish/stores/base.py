@@ -97,6 +97,67 @@ class Upload:
         return f"Upload(path={self.path!r}, upload_id={self.upload_id!r}, at={self.at!r})"
 
 
+class FileReader(Protocol):
+    """One file of a save opened to be uploaded (:meth:`SaveFiles.open`).  OSError on a fault of the read."""
+
+    def read_into(self, buf: memoryview, offset: int) -> int:
+        """Fill ``buf`` with the file's bytes from ``offset``; the count read (fewer where the file ends)."""
+        ...
+
+    def whole(self) -> bool:
+        """After its last byte was read: True when the file is still the one listed, unchanged, and ends at
+        its listed size."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SaveFiles(Protocol):
+    """A save opened to be uploaded to another root (:meth:`Store.open_save`), closed when the upload ends."""
+
+    #: Each regular file: its path relative to the save ("" for a save that is one file) and its size in
+    #: bytes, sorted by path.
+    files: list[tuple[str, int]]
+
+    def open(self, path: str) -> FileReader:
+        """The file ``path`` (as listed) opened for reading, checked to be the one listed; UploadError naming
+        it otherwise."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Sender(Protocol):
+    """Requests that put the files of a save into a root (:meth:`Store.sender`), paths relative to the root.
+    Each body goes with its CRC32 in base64 (``crc``), which the store checks; a refusal is a StoreError."""
+
+    def put(self, dl: Deadline, path: str, body: memoryview, crc: str) -> None:
+        """Put the whole file ``path`` in one request."""
+        ...
+
+    def create_upload(self, dl: Deadline, path: str) -> str:
+        """Start a multipart upload of ``path``; its upload id."""
+        ...
+
+    def upload_part(
+        self, dl: Deadline, path: str, upload_id: str, number: int, body: memoryview, crc: str
+    ) -> str:
+        """Send part ``number`` (from 1) of the upload; its ETag."""
+        ...
+
+    def complete_upload(self, dl: Deadline, path: str, upload_id: str, parts: list[tuple[str, str]]) -> str:
+        """Complete the upload of ``parts`` ((ETag, CRC32) of parts 1, 2, ...); the checksum the store
+        answered with ("" when it sent none)."""
+        ...
+
+    def stored(self, dl: Deadline, path: str, checksum: bool) -> tuple[str, str] | None:
+        """(its size, and with ``checksum`` the CRC32 the store keeps, as the store wrote them, "" when it
+        did not) of the file at ``path``, or None when there is none."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class Store(Protocol):
     """A checkpoint root: the pub/ entries, their manifests in man/, and the save folders they name."""
 
@@ -319,4 +380,19 @@ class Store(Protocol):
         ``O_NOFOLLOW``, so an element swapped for a link while it runs is such a link too, never followed.
         S3: every object under ``path/``, with DeleteObjects.
         """
+        ...
+
+    # -- the upload of a save to another root (publish.stores.transfer): POSIX the source, S3 the destination
+
+    def open_save(self, dl: Deadline, path: str) -> SaveFiles:
+        """The save at ``path`` (a folder or one file) opened to be uploaded elsewhere.  POSIX: every regular
+        file below it, found and read through descriptors that never follow a link below the save
+        (publish.stores.posix_upload); a link, a FIFO or a name that is not UTF-8 inside it is an UploadError
+        naming it.  S3: refused (a Failure): a mirror's source is a POSIX root."""
+        ...
+
+    def sender(self, fork: bool) -> Sender:
+        """Requests that put files into this root: with ``fork``, over a connection of its own (one for each
+        thread that sends at the same time as others), else over the store's.  S3: its client (forked).
+        POSIX: refused (a Failure): a mirror is an S3 root."""
         ...

@@ -26,8 +26,9 @@ from publish.stores.posix_root import RootDirs, entry_kind
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
     from publish.rules.errors import PublishError
-    from publish.stores.base import LastChange, Removal, Upload
+    from publish.stores.base import LastChange, Removal, Sender, Upload
     from publish.stores.posix_files import PosixFiles
+    from publish.stores.posix_upload import PosixSave
     from publish.stores.posix_writes import PosixWrites
 
 
@@ -59,11 +60,6 @@ class PosixStore:
 
             self._writes_part = PosixWrites(self._dirs)
         return self._writes_part
-
-    @property
-    def dirs(self) -> RootDirs:
-        """The root's directories, reached through descriptors: what the upload of a save walks."""
-        return self._dirs
 
     def location(self, path: str) -> str:
         return self._dirs.full(path)
@@ -243,3 +239,13 @@ class PosixStore:
         from publish.stores.posix_saves import check_rows
 
         return check_rows(self._dirs, dl, path, rows, deep)
+
+    def open_save(self, dl: Deadline, path: str) -> PosixSave:
+        from publish.stores.posix_upload import PosixSave
+
+        return PosixSave(self._dirs, path)
+
+    def sender(self, fork: bool) -> Sender:
+        from publish.rules.redact import shown
+
+        raise Failure(f"{shown(self.root)}: a POSIX root is not a mirror: nothing is uploaded into it")

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from publish.rules.credentials import Credentials
     from publish.rules.deadline import Deadline
     from publish.s3.s3client import Renew
+    from publish.stores.base import SaveFiles
 
 #: The bytes one ranged GET of a deep check asks for.
 CHUNK = 8 * 1024 * 1024
@@ -361,6 +362,14 @@ class S3Store:
     def read_range(self, dl: Deadline, path: str, offset: int, length: int) -> bytes | None:
         return self.client.get_range(self.key(path), offset, length, deadline=dl)
 
+    # -- the upload of a save (publish.stores.transfer): this root is the destination
+
+    def open_save(self, dl: Deadline, path: str) -> SaveFiles:
+        raise Failure(f"{shown(self.location(path))}: a save on an S3 root is not uploaded elsewhere")
+
+    def sender(self, fork: bool) -> S3Sender:
+        return S3Sender(self, self.client.fork() if fork else self.client, fork)
+
     # -- probe
 
     def probe(self, dl: Deadline) -> None:
@@ -390,6 +399,40 @@ class S3Store:
             self.list_entries(dl)
         with _step("delete"):
             self.client.delete(key, deadline=dl)
+
+
+class S3Sender:
+    """The requests of an upload into an S3 root, over ``client`` (closed by :meth:`close` when ``own``):
+    PUT, the multipart ones, HEAD, each to the key of a path relative to the root."""
+
+    def __init__(self, store: S3Store, client: S3Client, own: bool) -> None:
+        self.key = store.key
+        self.client = client
+        self.own = own
+
+    def put(self, dl: Deadline, path: str, body: memoryview, crc: str) -> None:
+        self.client.put_bytes(self.key(path), body, crc, deadline=dl)
+
+    def create_upload(self, dl: Deadline, path: str) -> str:
+        return self.client.create_upload(self.key(path), deadline=dl)
+
+    def upload_part(
+        self, dl: Deadline, path: str, upload_id: str, number: int, body: memoryview, crc: str
+    ) -> str:
+        return self.client.upload_part(self.key(path), upload_id, number, body, crc, deadline=dl)
+
+    def complete_upload(self, dl: Deadline, path: str, upload_id: str, parts: list[tuple[str, str]]) -> str:
+        return self.client.complete_upload(self.key(path), upload_id, parts, deadline=dl)
+
+    def stored(self, dl: Deadline, path: str, checksum: bool) -> tuple[str, str] | None:
+        head = self.client.head(self.key(path), checksum=checksum, deadline=dl)
+        if head is None:
+            return None
+        return head.get("content-length", ""), head.get("x-amz-checksum-crc32", "")
+
+    def close(self) -> None:
+        if self.own:
+            self.client.close()
 
 
 class _step:

@@ -14,7 +14,7 @@ from publish.rules import layout
 from publish.rules.deadline import UNBOUNDED
 from publish.rules.errors import Failure, FileError
 from publish.stores.posix import PosixStore
-from tests.support.store_contract import StoreContract
+from tests.support.store_contract import SaveSourceContract, StoreContract
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def unreadable(root: Path) -> Callable[[str], tuple[PosixStore, str]]:
     return make
 
 
-class TestPosixStore(StoreContract):
+class TestPosixStore(StoreContract, SaveSourceContract):
     pass
 
 
@@ -306,3 +306,10 @@ def test_a_failed_write_removes_its_temporary_file(
     with pytest.raises(Failure, match=f"man/{name}"):
         store.write_manifest(UNBOUNDED, name, b"m")
     assert os.listdir(root / "man") == [name]
+
+
+def test_a_posix_root_is_not_a_destination_of_uploads(root: Path) -> None:
+    store = PosixStore(str(root))
+    with pytest.raises(Failure) as e:
+        store.sender(fork=True)
+    assert str(e.value) == f"{root}: a POSIX root is not a mirror: nothing is uploaded into it"

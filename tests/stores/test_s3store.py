@@ -12,11 +12,11 @@ import pytest
 from publish.rules import layout
 from publish.rules.credentials import Credentials
 from publish.rules.deadline import UNBOUNDED, Deadline
-from publish.rules.errors import StoreError
+from publish.rules.errors import Failure, StoreError
 from publish.stores.s3 import PROBE_NAME, S3Store
 from tests.support.fault_proxy import FaultProxy, Respond
 from tests.support.servers import S3Server, Weed
-from tests.support.store_contract import StoreContract
+from tests.support.store_contract import SenderContract, StoreContract
 
 pytestmark = pytest.mark.s3
 
@@ -67,7 +67,7 @@ def proxies() -> Iterator[list[FaultProxy]]:
         proxy.stop()
 
 
-class TestS3StoreOnSeaweedFS(StoreContract):
+class TestS3StoreOnSeaweedFS(StoreContract, SenderContract):
     @pytest.fixture
     def store(self, weed: Weed) -> S3Store:
         self.bucket, self.prefix = weed.shared_bucket(), fresh_prefix()
@@ -86,7 +86,7 @@ class TestS3StoreOnSeaweedFS(StoreContract):
         return unreadable_maker(weed, self.bucket, self.prefix, proxies)
 
 
-class TestS3StoreOnMoto(StoreContract):
+class TestS3StoreOnMoto(StoreContract, SenderContract):
     @pytest.fixture
     def store(self, moto_s3: S3Server) -> S3Store:
         self.bucket, self.prefix = moto_s3.shared_bucket(), fresh_prefix()
@@ -105,7 +105,7 @@ class TestS3StoreOnMoto(StoreContract):
         return unreadable_maker(moto_s3, self.bucket, self.prefix, proxies)
 
 
-class TestS3StoreWithoutPrefix(StoreContract):
+class TestS3StoreWithoutPrefix(StoreContract, SenderContract):
     @pytest.fixture
     def store(self, weed: Weed) -> S3Store:
         self.bucket = weed.create_bucket()
@@ -409,3 +409,11 @@ def test_a_renewer_that_fails_stops_the_request(weed: Weed, fault_proxy: FaultPr
     )
     with pytest.raises(CredentialsError, match="no source answered"):
         store.list_entries(UNBOUNDED)
+
+
+def test_a_save_on_an_s3_root_is_not_a_source_of_uploads(weed: Weed) -> None:
+    store = make_store(weed, weed.shared_bucket(), fresh_prefix())
+    with pytest.raises(
+        Failure, match=r"^s3://.*/exec/A/checkpoint-1: a save on an S3 root is not uploaded elsewhere$"
+    ):
+        store.open_save(UNBOUNDED, "exec/A/checkpoint-1")

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import threading
 import time
+import zlib
 from typing import Any, Callable
 
 import pytest
 
 from publish.rules import layout
 from publish.rules.deadline import UNBOUNDED, Deadline
-from publish.rules.errors import Failure, StoreError
-from publish.stores.base import LastChange, Store
+from publish.rules.errors import Failure, StoreError, UploadError
+from publish.stores.base import LastChange, Store, Upload
 
 MakeFile = Callable[..., None]
 MakePeer = Callable[[], Store]
@@ -322,3 +323,120 @@ class StoreContract:
             assert str(e.value).startswith(
                 ("store: get " + faulty.location(path) + ": ", faulty.location(path) + ": ")
             )
+
+
+class SaveSourceContract:
+    """What publish.stores.transfer reads an upload's save through (Store.open_save): a store that is a
+    mirror's source passes it (POSIX).  Same fixtures as StoreContract."""
+
+    def test_an_opened_save_lists_every_file_below_it_and_reads_each(
+        self, store: Store, make_file: MakeFile
+    ) -> None:
+        files = {"b.distcp": b"b" * 3000, "a/x.bin": b"x", "a/deep/y": b"", ".metadata": b"meta"}
+        for path, data in files.items():
+            make_file(f"exec/A/checkpoint-1/{path}", data)
+        make_file("exec/A/checkpoint-10/other", b"not in the save")
+        save = store.open_save(UNBOUNDED, "exec/A/checkpoint-1")
+        try:
+            assert save.files == sorted((p, len(d)) for p, d in files.items())
+            for path, data in files.items():
+                reader = save.open(path)
+                try:
+                    buf = bytearray(len(data) + 10)
+                    assert reader.read_into(memoryview(buf), 0) == len(data)  # fewer where it ends
+                    assert bytes(buf[: len(data)]) == data
+                    if len(data) > 2:
+                        part = memoryview(bytearray(2))
+                        assert reader.read_into(part, len(data) - 2) == 2
+                        assert bytes(part) == data[-2:]
+                    assert reader.whole()
+                finally:
+                    reader.close()
+        finally:
+            save.close()
+
+    def test_a_save_that_is_one_file_is_listed_as_the_path_nothing(
+        self, store: Store, make_file: MakeFile
+    ) -> None:
+        make_file("ckpts/epoch=1.ckpt", b"weights")
+        save = store.open_save(UNBOUNDED, "ckpts/epoch=1.ckpt")
+        try:
+            assert save.files == [("", 7)]
+            reader = save.open("")
+            buf = bytearray(7)
+            assert reader.read_into(memoryview(buf), 0) == 7 and bytes(buf) == b"weights"
+            reader.close()
+        finally:
+            save.close()
+
+    def test_a_missing_save_is_refused_naming_it(self, store: Store) -> None:
+        with pytest.raises(UploadError) as e:
+            store.open_save(UNBOUNDED, "exec/A/checkpoint-9")
+        assert str(e.value) == f"upload of {store.location('exec/A/checkpoint-9')}: no such save"
+
+    def test_a_file_rewritten_after_the_save_was_opened_is_refused_naming_it(
+        self, store: Store, make_file: MakeFile
+    ) -> None:
+        make_file("exec/A/checkpoint-1/a", b"first")
+        save = store.open_save(UNBOUNDED, "exec/A/checkpoint-1")
+        try:
+            time.sleep(0.01)  # a new mtime, whatever the file system's granularity of it
+            make_file("exec/A/checkpoint-1/a", b"second, longer")
+            with pytest.raises(UploadError) as e:
+                save.open("a")
+            where = store.location("exec/A/checkpoint-1/a")
+            assert str(e.value) == f"upload of {where}: changed while it was being uploaded"
+        finally:
+            save.close()
+
+
+class SenderContract:
+    """What publish.stores.transfer writes an upload's files through (Store.sender): a store that is a
+    mirror passes it (S3).  Same fixtures as StoreContract."""
+
+    def test_a_file_put_whole_is_stored_with_its_size_and_bytes(self, store: Store) -> None:
+        from publish.stores.transfer import crc_text
+
+        sender = store.sender(fork=True)
+        try:
+            data = b"one part\n" * 100
+            sender.put(UNBOUNDED, "exec/A/checkpoint-1/a", memoryview(data), crc_text(zlib.crc32(data)))
+            assert sender.stored(UNBOUNDED, "exec/A/checkpoint-1/a", checksum=False) == (str(len(data)), "")
+            assert store.read(UNBOUNDED, "exec/A/checkpoint-1/a", 1 << 20) == data
+            assert sender.stored(UNBOUNDED, "exec/A/checkpoint-1/missing", checksum=True) is None
+        finally:
+            sender.close()
+
+    def test_a_multipart_upload_is_stored_with_the_checksum_of_its_parts(self, store: Store) -> None:
+        from publish.stores.transfer import MIN_PART, composite, crc_text
+
+        parts = [bytes([i]) * MIN_PART for i in range(2)] + [b"end"]
+        crcs = [zlib.crc32(p) for p in parts]
+        path = "exec/A/checkpoint-1/model.distcp"
+        sender = store.sender(fork=False)  # the store's own connection: left open by close
+        upload = sender.create_upload(UNBOUNDED, path)
+        etags = [
+            sender.upload_part(UNBOUNDED, path, upload, n + 1, memoryview(p), crc_text(c))
+            for n, (p, c) in enumerate(zip(parts, crcs))
+        ]
+        answered = sender.complete_upload(
+            UNBOUNDED, path, upload, [(e, crc_text(c)) for e, c in zip(etags, crcs)]
+        )
+        sender.close()
+        assert answered in ("", composite(crcs), f"{composite(crcs)}-3")
+        size, checksum = sender.stored(UNBOUNDED, path, checksum=True) or ("", "")
+        assert size == str(sum(map(len, parts)))
+        assert checksum in ("", composite(crcs), f"{composite(crcs)}-3")  # moto leaves out the count
+        assert store.read(UNBOUNDED, path, 1 << 24) == b"".join(parts)
+
+    def test_an_upload_started_then_aborted_leaves_nothing(self, store: Store) -> None:
+        path = "exec/A/checkpoint-1/model.distcp"
+        sender = store.sender(fork=True)
+        try:
+            upload = sender.create_upload(UNBOUNDED, path)
+        finally:
+            sender.close()
+        assert [u.upload_id for u in store.uploads(UNBOUNDED, "exec", time.time())] == [upload]
+        assert store.abort_upload(UNBOUNDED, Upload(path, upload, 0.0)) is True
+        assert store.uploads(UNBOUNDED, "exec", time.time()) == []
+        assert not store.holds(UNBOUNDED, "exec/A/checkpoint-1")
