@@ -1,7 +1,7 @@
 """Which of a root's saves are pending: published on the (fast) root and not yet on its mirror.
 
 Kept apart from publish.ops.tiers, which moves the saves and prunes the mirror through
-publish.verbs.prune: prune needs only this, to keep what is pending (``prune -mirror``).
+publish.ops.retention: retention needs only this, to keep what is pending (``prune -mirror``).
 
 With -mirror-keep M an entry is pending only when the mirror would keep it once uploaded, judged as the
 mirror's prune judges (publish.ops.retention.split): among the newest M publications whose saves exist, of

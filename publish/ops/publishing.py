@@ -119,7 +119,7 @@ def rebind(
     tomb/, and write it again (``rows``, else from the save) if it is gone.  A prune that removed an entry
     of the same name (an older publication of this save, epoch and step) removes its manifest by name
     after the entry, so it may take the one this publication wrote; it reads pub/ after that removal and
-    writes the manifest again for an entry it finds there (publish.verbs.prune), and this look, after the
+    writes the manifest again for an entry it finds there (publish.ops.retention), and this look, after the
     entry was made, covers an entry made after that read: one of the two sees the other."""
     if store.exists(dl, f"{layout.MAN}/{name}"):
         return
