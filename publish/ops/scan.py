@@ -126,6 +126,18 @@ class Watcher:
             self.metrics.flush(self.say.warn)
 
     def _scan(self, dl: Deadline) -> None:
+        doomed: layout.Nest | None = None  # the folders tomb/ names, read once a save is found whole
+        for step, folder in self._candidates(dl):
+            path = f"{self.saves}/{folder}"
+            if not self._whole(dl, folder, path, step):
+                continue
+            if doomed is None:
+                doomed = doomed_folders(dl, self.store)
+            self._publish(dl, folder, path, step, doomed)
+
+    def _candidates(self, dl: Deadline) -> list[tuple[int, str]]:
+        """The folders (or files) of SAVES not yet done that name a step, by step; each other one that
+        cannot be examined or never will be published said once."""
         candidates = []
         unexamined: list[tuple[str, str]] = []
         listed = (
@@ -145,66 +157,68 @@ class Watcher:
             hint = self.framework.unpublishable(folder)
             if hint:
                 self._once(folder, "unpublishable", f"{self._where(folder)}: {hint}")
-        doomed: layout.Nest | None = None  # the folders tomb/ names, read once a save is found whole
-        for step, folder in sorted(candidates):
-            path = f"{self.saves}/{folder}"
-            try:
-                whole = self.framework.complete(
-                    dl, self.store, path, step, self._note_for(folder), self.world_size
-                )
-            except FileError as e:
-                if e.unexaminable:
-                    self._once(folder, "unexamined", f"{e}: passed over (it cannot be examined)")
-                    continue
-                if not self.lenient:
-                    raise
-                self._failed(dl, folder, e)  # a disk error reading its marker: run goes on to the others
-                continue
-            except StoreError:
-                raise  # the store failing is no fault of this save
-            except Failure as e:
-                if not self.lenient:
-                    raise
-                self._passed_over(folder, str(e))
-                continue
-            if whole:
-                if doomed is None:
-                    doomed = doomed_folders(dl, self.store)
-                if doomed.related(path):
-                    # A prune killed while removing it left its tombstone: what is left of it may look whole
-                    # and is not; the next prune finishes removing it.
-                    self._once(folder, "doomed", f"{self._where(folder)}: {DOOMED}: not published")
-                    continue
-                if not utf8_name(path):
-                    self._passed_over(
-                        folder,
-                        f"save {self._where(folder)}: its name is not UTF-8, which an entry name must be",
-                    )
-                    continue
-                try:
-                    created = publish_entry(dl, self.store, self.say, self.epoch, step, path)
-                except FileError as e:  # a file of this save, or its manifest: this save's fault
-                    self._failed(dl, folder, e)
-                    continue
-                except StoreError:
-                    raise  # the store failing is no fault of this save
-                except Failure as e:
-                    from publish.rules.manifest import ManifestError
+        return sorted(candidates)
 
-                    if isinstance(e, ManifestError):  # over a manifest's caps: it never will be published
-                        self._passed_over(folder, f"save {self._where(folder)}: {e}")
-                    else:  # gone while it was read, more files than a manifest may list
-                        self._failed(dl, folder, e)
-                    continue
-                self.failing.pop(folder, None)
-                if created:
-                    if self.metrics:
-                        self.metrics.published(step)
-                    if self.events is not None:  # before the mirror's pass is woken: its event comes first
-                        self.events.fire("root", self.store, self.epoch, step, path)
-                    if self.on_publish is not None:
-                        self.on_publish()
-                self.done.add(folder)
+    def _whole(self, dl: Deadline, folder: str, path: str, step: int) -> bool:
+        """Whether the save at ``path`` is whole by its framework's rule; a fault of its own is said (and
+        under run passed over) as False, a fault of the store raised."""
+        try:
+            return self.framework.complete(
+                dl, self.store, path, step, self._note_for(folder), self.world_size
+            )
+        except FileError as e:
+            if e.unexaminable:
+                self._once(folder, "unexamined", f"{e}: passed over (it cannot be examined)")
+                return False
+            if not self.lenient:
+                raise
+            self._failed(dl, folder, e)  # a disk error reading its marker: run goes on to the others
+            return False
+        except StoreError:
+            raise  # the store failing is no fault of this save
+        except Failure as e:
+            if not self.lenient:
+                raise
+            self._passed_over(folder, str(e))
+            return False
+
+    def _publish(self, dl: Deadline, folder: str, path: str, step: int, doomed: layout.Nest) -> None:
+        """Publish the whole save at ``path``, unless a prune is removing it or its name cannot be an
+        entry's; a fault of its own is said, a fault of the store raised."""
+        if doomed.related(path):
+            # A prune killed while removing it left its tombstone: what is left of it may look whole
+            # and is not; the next prune finishes removing it.
+            self._once(folder, "doomed", f"{self._where(folder)}: {DOOMED}: not published")
+            return
+        if not utf8_name(path):
+            self._passed_over(
+                folder, f"save {self._where(folder)}: its name is not UTF-8, which an entry name must be"
+            )
+            return
+        try:
+            created = publish_entry(dl, self.store, self.say, self.epoch, step, path)
+        except FileError as e:  # a file of this save, or its manifest: this save's fault
+            self._failed(dl, folder, e)
+            return
+        except StoreError:
+            raise  # the store failing is no fault of this save
+        except Failure as e:
+            from publish.rules.manifest import ManifestError
+
+            if isinstance(e, ManifestError):  # over a manifest's caps: it never will be published
+                self._passed_over(folder, f"save {self._where(folder)}: {e}")
+            else:  # gone while it was read, more files than a manifest may list
+                self._failed(dl, folder, e)
+            return
+        self.failing.pop(folder, None)
+        if created:
+            if self.metrics:
+                self.metrics.published(step)
+            if self.events is not None:  # before the mirror's pass is woken: its event comes first
+                self.events.fire("root", self.store, self.epoch, step, path)
+            if self.on_publish is not None:
+                self.on_publish()
+        self.done.add(folder)
 
     @property
     def _verb(self) -> str:
