@@ -605,11 +605,11 @@ def _paths(names: list[str], where: str) -> list[str]:
 
 def _exist(dl: Deadline, store: Store, listing: Listing) -> None:
     """Whether each publication's save exists: at once where the store can (POSIX: each parent folder
-    opened once per CHUNK * 4 saves), else one ``holds`` each."""
+    opened once per CHUNK saves, so a bounded number of their stats is held at a time), else one ``holds`` each."""
     at_once = getattr(store, "holds_all", None)
     paths = listing.paths
-    for start in range(0, len(paths), CHUNK * 4):
-        part = paths[start : start + CHUNK * 4]
+    for start in range(0, len(paths), CHUNK):
+        part = paths[start : start + CHUNK]
         held = at_once(dl, part) if at_once is not None else [store.holds(dl, path) for path in part]
         listing.exists[start : start + len(part)] = bytes(map(bool, held))
 
