@@ -497,7 +497,10 @@ class Report:
         for i, (key, value) in enumerate(doc.items()):
             yield (", " if i else "{") + dumps(key) + ": "
             if key == "publications":
-                yield "[" + ", ".join(dumps(p.json(self.now)) for p in self.listing) + "]"
+                yield "["
+                for n, pub in enumerate(self.listing):  # one piece each: never the list joined twice
+                    yield (", " if n else "") + dumps(pub.json(self.now))
+                yield "]"
             elif key == "mirror":
                 assert self.mirror is not None
                 yield from self.mirror.json()
