@@ -7,7 +7,8 @@ same root, interleaved, as a markdown table.
 The root holds ENTRIES publications, their saves spread over ATTEMPTS attempts' folders (``exec/<A>/
 checkpoint-<step>``, every one there and published).  Each round runs ``publish status`` (text, or -json with
 --json) and the baseline, a Python pass that lists pub/, exec/ and every attempt's folder and ``lstat``s each
-save (the least any status must read), each in a fresh process; with --against REV, also ``publish status``
+save (the least any status must read), and that pass listing each save's folder too (the least a status that
+shows each save's size reads: the root has no manifests), each in a fresh process; with --against REV, also ``publish status``
 of that git revision (checked out in a temporary worktree).  CPU is user + system of the whole process tree
 (from wait4), RSS its peak.  Each cell is the median over the rounds, with the range; the ratio is taken per
 round, then its median.  Issue 32's target: at most 1.5x the baseline's CPU and 2x its peak RSS.
@@ -40,6 +41,22 @@ for attempt in os.listdir(root + "/exec"):
         os.lstat(where + "/" + save)
         saves += 1
 print(len(pub), "entries,", saves, "saves")
+"""
+
+#: The baseline, and each save's folder listed with its files' sizes: the least a status that shows what
+#: each save holds reads when no manifest says it (this root has none).
+SIZED = r"""
+import os, sys
+root = sys.argv[1]
+pub = os.listdir(root + "/pub")
+held = 0
+for attempt in os.listdir(root + "/exec"):
+    where = root + "/exec/" + attempt
+    for save in os.listdir(where):
+        os.lstat(where + "/" + save)
+        with os.scandir(where + "/" + save) as it:
+            held += sum(e.stat(follow_symlinks=False).st_size for e in it if e.is_file(follow_symlinks=False))
+print(len(pub), "entries,", held, "bytes")
 """
 
 
@@ -90,6 +107,7 @@ def main() -> int:
         flags = ["-json"] if args.json else []
         runs: dict[str, tuple[list[str], dict[str, str] | None]] = {
             "baseline": ([sys.executable, "-c", BASELINE, str(root)], None),
+            "baseline and sizes": ([sys.executable, "-c", SIZED, str(root)], None),
             "status": ([sys.executable, "-m", "publish", "status", "-checkpoint", str(root), *flags], None),
         }
         if args.against:

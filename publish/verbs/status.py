@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from publish.frameworks import FRAMEWORKS, LISTED
 from publish.ops import Say, command, scan_flags
-from publish.ops.capacity import policy_text, size_note, space_line
+from publish.ops.capacity import Size, policy_text, save_size, size_note, space, space_line
 from publish.ops.idle import MARK
 from publish.ops.mirror_flags import MirrorFlags
 from publish.ops.retention import NoSaves, Policy, Saves, Schedule, would_remove
@@ -22,6 +22,7 @@ from publish.stores.base import Store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
     from typing import Any
 
 #: The attempts under exec/ looked into (the greatest names): one LIST each on S3, so thousands would take
@@ -72,184 +73,631 @@ def _verdict(
     return first
 
 
+#: Publications handled at once: asked whether their saves exist, their manifests read, and their lines
+#: written (Say.out_all), so what status holds at a time stays bounded whatever pub/ holds.
+CHUNK = 4096
+
+# -- the records the document is made of: each says itself as JSON (``json``) and as text (``text``)
+
+
+class Folder:
+    """A folder of the root status names: one no entry names and no framework's rule matches, or a
+    tombstone's."""
+
+    __slots__ = ("path", "location")
+
+    def __init__(self, store: Store, path: str) -> None:
+        self.path = path
+        self.location = store.location(path)
+
+    def json(self) -> dict[str, Any]:
+        return {"path": self.path, "location": self.location}
+
+    def text(self) -> str:
+        return f"  {shown(self.location)}"
+
+
+class Unreadable(Folder):
+    """An attempt's folder that could not be listed, and why."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, store: Store, path: str, message: str) -> None:
+        super().__init__(store, path)
+        self.message = message
+
+    def json(self) -> dict[str, Any]:
+        return {"path": self.path, "location": self.location, "message": self.message}
+
+    def text(self) -> str:
+        if self.message.startswith(self.location):  # a store's message names the folder already, as a rule
+            return f"  {self.message}"
+        return f"  {shown(self.location)}: {self.message}"
+
+
+class Save:
+    """An unpublished save under exec/ and a framework's verdict on it: complete, incomplete or faulty."""
+
+    __slots__ = ("path", "location", "framework", "step", "state", "message")
+
+    def __init__(self, store: Store, path: str, verdict: tuple[str, int, str, str]) -> None:
+        self.path = path
+        self.location = store.location(path)
+        self.framework, self.step, self.state, self.message = verdict
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "location": self.location,
+            "framework": self.framework,
+            "step": self.step,
+            "step_decimal": str(self.step),
+            "state": self.state,
+            "message": self.message,
+        }
+
+    def text(self) -> str:
+        why = f": {self.message}" if self.message else ""
+        return f"  {self.state:<10} {shown(self.location)} ({self.framework}, step {self.step}){why}"
+
+
+class Publication:
+    """One entry of pub/, newest first: its save, whether the save exists, what it holds (``size``, a
+    capacity.Size; None when the save is gone), when the entry was made (``time``; None when not read:
+    the text shows no time), and with -mirror whether the mirror holds the entry (``mirrored``)."""
+
+    __slots__ = ("name", "epoch", "step", "path", "location", "exists", "time", "size", "mirrored")
+
+    def __init__(self, name: str, path: str, location: str, exists: bool) -> None:
+        self.name = name
+        self.epoch = int(name[:20])
+        self.step = int(name[21:41])
+        self.path = path
+        self.location = location
+        self.exists = exists
+        self.time: float | None = None
+        self.size: Size | None = None
+        self.mirrored: bool | None = None
+
+    def json(self, now: float) -> dict[str, Any]:
+        from publish.rules.timestamps import rfc3339
+
+        assert self.time is not None
+        size = self.size
+        got = {
+            "entry": self.name,
+            "epoch": self.epoch,
+            "step": self.step,
+            "epoch_decimal": str(self.epoch),  # exact for parsers that read numbers as doubles (jq < 1.7)
+            "step_decimal": str(self.step),
+            "path": self.path,
+            "location": self.location,
+            "exists": self.exists,
+            "time": rfc3339(self.time),  # when the entry was made: its file's mtime, its LastModified
+            "age": round(max(now - self.time, 0.0), 3),  # seconds
+            "bytes": None if size is None else size.bytes,
+            "bytes_from": None if size is None else size.source or None,
+            "bytes_error": None if size is None else size.why or None,
+        }
+        if self.mirrored is not None:
+            got["mirrored"] = self.mirrored
+        return got
+
+    def text(self) -> str:
+        line = f"  epoch {self.epoch} step {self.step} {shown(self.location)} "
+        if not self.exists:
+            return line + "(MISSING)"
+        size = self.size
+        assert size is not None
+        note = {"exists": True, "bytes": size.bytes, "bytes_from": size.source, "bytes_error": size.why}
+        return line + "(exists)" + size_note(note)
+
+
+class Idle:
+    """run -requeue's count of idle requeues (publish.ops.idle): the save a dispatch would resume from
+    now (None: no save), the marks of it in a row, and all marks."""
+
+    __slots__ = ("save", "requeues", "marks")
+
+    def __init__(self, save: Publication | None, requeues: int, marks: int) -> None:
+        self.save = save
+        self.requeues = requeues
+        self.marks = marks
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "save": None if self.save is None else self.save.path,
+            "location": None if self.save is None else self.save.location,
+            "requeues": self.requeues,
+            "marks": self.marks,
+        }
+
+    def text(self, both: bool) -> list[str]:
+        if not self.marks:
+            return []
+        since = shown(self.save.location) if self.save is not None else "no save"
+        return [
+            f"run -requeue: {self.requeues} idle requeues in a row from {since} "
+            f"({self.marks} marks {EXEC}/.idle-* in all{' on both tiers' if both else ''}; "
+            "removing them starts the count again)"
+        ]
+
+
+class Plan:
+    """What prune -keep N (and its other flags) would do: the entries it removes and the lines prune
+    -dry-run prints, or why it would remove nothing (``refused``); ``notes``: what it would say on stderr
+    of -keep-bytes; ``orphans``: -orphans's findings (None: not asked)."""
+
+    __slots__ = ("policy", "orphans", "entries", "lines", "refused", "notes")
+
+    def __init__(self, policy: Policy, entries: list[str], lines: list[str], refused: str = "") -> None:
+        self.policy = policy
+        self.orphans: dict[str, Any] | None = None
+        self.entries = entries
+        self.lines = lines
+        self.refused = refused
+        self.notes: list[str] = []
+
+    def json(self) -> dict[str, Any]:
+        policy = self.policy
+        return {
+            "keep": policy.keep,
+            "keep_every": policy.every or None,
+            "keep_within": policy.within,
+            "keep_bytes": policy.bytes,
+            "notes": self.notes,
+            "orphans": self.orphans,
+            "entries": self.entries,
+            "lines": self.lines,
+            "refused": self.refused or None,
+        }
+
+    def text(self) -> list[str]:
+        from publish.rules.go.gocompat import format_duration
+
+        policy, orphans = self.policy, self.orphans
+        flags = f"-keep {policy.keep}"
+        if policy.every:
+            flags += f" -keep-every {policy.every}"
+        if policy.within is not None:
+            flags += f" -keep-within {format_duration(policy.within)}"
+        flags += policy_text({"keep_bytes": policy.bytes})
+        if orphans is not None:
+            flags += f" -orphans -orphans-age {format_duration(orphans['age'])}"
+            if orphans["attempt"] is not None:
+                flags += f" -attempt {shown(orphans['attempt'])}"
+        if self.refused:
+            return [f"prune {flags} would remove nothing and fail: {self.refused}"]
+        lines = [f"prune {flags} would remove entries: {len(self.entries)}, and:"]
+        lines.extend([f"  {line}" for line in self.lines] or ["  (none)"])
+        return lines + [f"  ({note})" for note in self.notes]
+
+
+class Tier:
+    """One publication of either tier (-mirror) and its state on each: ``exists``, ``missing`` (published,
+    its save gone) or ``none``; on the mirror also ``pending``."""
+
+    __slots__ = ("name", "root", "mirror")
+
+    def __init__(self, name: str, root: str, mirror: str) -> None:
+        self.name, self.root, self.mirror = name, root, mirror
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "entry": self.name,
+            "epoch_decimal": str(int(self.name[:20])),
+            "step_decimal": str(int(self.name[21:41])),
+            "root": self.root,
+            "mirror": self.mirror,
+        }
+
+    def text(self) -> str:
+        return f"  epoch {int(self.name[:20])} step {int(self.name[21:41])}  root: {self.root:<7} mirror: {self.mirror}"
+
+
+class Listing:
+    """A root's publications, newest first, held compactly (each entry's name and save, whether the save
+    exists, what it holds, when the entry was made) and made into :class:`Publication` records one at a
+    time: 100,000 entries cost a few MB, not a record each."""
+
+    __slots__ = ("store", "names", "paths", "times", "exists", "bytes", "source", "why", "on_mirror")
+
+    def __init__(
+        self, store: Store, names: list[str], paths: list[str], times: dict[str, float] | None
+    ) -> None:
+        from array import array
+
+        self.store = store
+        self.names = names  # newest first: names sort as (epoch, step, name), both zero-padded
+        self.paths = paths
+        self.times = times
+        self.exists = bytearray(len(names))
+        # What each save that exists holds (capacity.Size, set by measure): its bytes (-1: not told), where
+        # that was read (an index of SOURCES), and why it could not be told.
+        self.bytes = array("q", bytes(8 * len(names)))
+        self.source = bytearray(len(names))
+        self.why: dict[int, str] = {}
+        self.on_mirror: set[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def size(self, i: int) -> Size | None:
+        """What the save of the ``i``th publication holds; None when it is gone."""
+        if not self.exists[i]:
+            return None
+        n = self.bytes[i]
+        return Size(None if n < 0 else n, SOURCES[self.source[i]], self.why.get(i, ""))
+
+    def set_size(self, i: int, size: Size) -> None:
+        self.bytes[i] = -1 if size.bytes is None else size.bytes
+        self.source[i] = SOURCES.index(size.source)
+        if size.why:
+            self.why[i] = size.why
+
+    def record(self, i: int) -> Publication:
+        name, path = self.names[i], self.paths[i]
+        pub = Publication(name, path, self.store.location(path), bool(self.exists[i]))
+        pub.size = self.size(i)
+        if self.times is not None:
+            pub.time = self.times[name]
+        if self.on_mirror is not None:
+            pub.mirrored = name in self.on_mirror
+        return pub
+
+    def __iter__(self) -> Iterator[Publication]:
+        return map(self.record, range(len(self.names)))
+
+    def newest(self) -> Publication | None:
+        """The newest publication whose save exists."""
+        i = self.exists.find(1)
+        return None if i < 0 else self.record(i)
+
+    def entries(self) -> list[layout.Entry]:
+        """Every entry, oldest first (as layout.parse_all gives them)."""
+        pairs = zip(self.names[::-1], self.paths[::-1])
+        return [layout.Entry(int(n[:20]), int(n[21:41]), p, n) for n, p in pairs]
+
+    def known(self) -> dict[str, bool]:
+        """Whether each save exists, by path: asked once, as prune asks."""
+        return {p: bool(held) for p, held in zip(self.paths, self.exists)}
+
+    def sized(self) -> dict[str, Size]:
+        """What each save that exists holds, by entry name (for -keep-bytes)."""
+        found = {}
+        for i, name in enumerate(self.names):
+            size = self.size(i)
+            if size is not None:
+                found[name] = size
+        return found
+
+    def held(self) -> int:
+        """How many saves' sizes are told."""
+        return sum(1 for i, n in enumerate(self.bytes) if n >= 0 and self.exists[i])
+
+    def total(self) -> int:
+        """The bytes the saves hold in all."""
+        return sum(n for i, n in enumerate(self.bytes) if n > 0 and self.exists[i])
+
+
+#: Where a save's size was read (capacity.Size.source), as Listing keeps it: one byte each.
+SOURCES = ("", "manifest", "files")
+
+
+class Exec:
+    """What exec/ holds that no entry names: the attempts (``total``; the last ATTEMPT_LIMIT by name looked
+    into), the unpublished saves with their verdicts, the folders no rule matches, the attempts that could
+    not be read, and exec/'s own files (the idle marks among them)."""
+
+    __slots__ = ("total", "looked", "saves", "unnamed", "unreadable", "files")
+
+    def __init__(self) -> None:
+        self.total = self.looked = 0
+        self.saves: list[Save] = []
+        self.unnamed: list[Folder] = []
+        self.unreadable: list[Unreadable] = []
+        self.files: list[str] = []
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "attempts": {"total": self.total, "looked_into": self.looked},
+            "saves": [s.json() for s in self.saves],
+            "unnamed": [u.json() for u in self.unnamed],
+            "unreadable": [u.json() for u in self.unreadable],
+        }
+
+    def text(self, root: str, only: str | None) -> Iterator[str]:
+        head = f"saves not published under {shown(root + '/' + EXEC + '/')} ({self.total} attempts"
+        if self.looked < self.total:
+            head += f", the last {self.looked} by name looked into"
+        if only:
+            head += f"; {only} only"
+        saves = [s.text() for state in STATES for s in self.saves if s.state == state]
+        yield from _section(head + ")", saves)
+        yield from _section(
+            f"folders under {EXEC}/<attempt>/ that no entry names and no framework's naming rule matches:",
+            [u.text() for u in self.unnamed],
+        )
+        if self.unreadable:
+            yield f"attempts under {EXEC}/ that could not be read:"
+            yield from (u.text() for u in self.unreadable)
+
+
+#: The verdicts, in the order the text lists them.
+STATES = ("complete", "incomplete", "faulty")
+
+
+def _section(head: str, items: Iterable[str]) -> Iterator[str]:
+    yield head
+    empty = True
+    for item in items:
+        empty = False
+        yield item
+    if empty:
+        yield "  (none)"
+
+
+class Report:
+    """One root's status document (README: "publish status -json"), said as one JSON line (``json``, in
+    pieces) or as text for a person (``text``), both made from the same records.  ``failed``: -mirror, the
+    root could not be read (why); with -mirror also the mirror's report, the entries pending and the rows
+    of both tiers."""
+
+    __slots__ = (
+        "store", "only", "failed", "listing", "exec", "tombs", "prune", "idle", "now", "mirror", "pending",
+        "tiers",
+    )  # fmt: skip
+
+    def __init__(self, store: Store, only: str | None, listing: Listing, now: float) -> None:
+        self.store = store
+        self.only = only
+        self.failed: str | None = None
+        self.listing = listing
+        self.exec = Exec()
+        self.tombs: list[Folder] = []
+        self.prune: Plan | None = None
+        self.idle = Idle(None, 0, 0)
+        self.now = now
+        self.mirror: Report | None = None
+        self.pending: list[str] = []
+        self.tiers: list[Tier] = []
+
+    def head(self) -> dict[str, Any]:
+        """The document's fields, but the publications (``publications``: None, said in pieces)."""
+        doc: dict[str, Any] = {"version": VERSION, "root": self.store.root, "framework": self.only}
+        if self.failed is not None:
+            doc["failed"] = self.failed
+        doc["publications"] = None
+        doc.update(self.exec.json())
+        doc["tombstones"] = [t.json() for t in self.tombs]
+        doc["prune"] = None if self.prune is None else self.prune.json()
+        doc["idle"] = self.idle.json()
+        doc["bytes"] = None if self.failed is not None else self.listing.total()
+        doc["space"] = None if self.failed is not None else space(self.store)
+        return doc
+
+    def json(self) -> Iterator[str]:
+        """The document, as json.dumps(ensure_ascii=True) writes it, in pieces: a publication at a time."""
+        import json
+
+        dumps = json.JSONEncoder(ensure_ascii=True).encode
+        doc = self.head()
+        if self.mirror is not None:
+            doc.update(mirror=None, pending=self.pending, tiers=[t.json() for t in self.tiers])
+        for i, (key, value) in enumerate(doc.items()):
+            yield (", " if i else "{") + dumps(key) + ": "
+            if key == "publications":
+                yield "["
+                for n, pub in enumerate(self.listing):  # one piece each: never the list joined twice
+                    yield (", " if n else "") + dumps(pub.json(self.now))
+                yield "]"
+            elif key == "mirror":
+                assert self.mirror is not None
+                yield from self.mirror.json()
+            else:
+                yield dumps(value)
+        yield "}"
+
+    def text(self) -> Iterator[str]:
+        """The document as lines for a person."""
+        root = self.store.root
+        if self.failed is not None:  # -mirror, the root lost: nothing of it to show but why
+            yield f"the root {shown(root)} could not be read: {self.failed}"
+        else:
+            pubs = self.listing
+            yield f"publications in {shown(root + '/' + PUB)}: {len(pubs)}, newest first"
+            yield from (p.text() for p in pubs) if len(pubs) else ["  (none)"]
+            yield self.space_line()
+            yield from self.exec.text(root, self.only)
+            yield from _section(
+                f"tombstones in {shown(root + '/' + TOMB)} (an interrupted prune; the next prune finishes them):",
+                [t.text() for t in self.tombs],
+            )
+        mirror = self.mirror
+        if mirror is not None:
+            yield from _section(
+                f"both tiers, newest first (root {shown(root)}, mirror {shown(mirror.store.root)}):",
+                [t.text() for t in self.tiers],
+            )
+        yield from self.idle.text(mirror is not None)
+        if self.prune is not None:
+            yield from self.prune.text()
+        if mirror is not None:
+            yield f"the mirror {shown(mirror.store.root)}:"
+            yield from ("  " + line for line in mirror.text())
+
+    def space_line(self) -> str:
+        """capacity.space_line of what the publications hold: it counts those whose size is told."""
+        told = [_TOLD] * self.listing.held()
+        doc = {"publications": told, "bytes": self.listing.total(), "space": space(self.store)}
+        return space_line({**doc, "root": self.store.root})
+
+
+#: A publication whose size is told, as capacity.space_line counts them.
+_TOLD = {"bytes": 0}
+
+
+# -- reading a root
+
+
 def collect(
     dl: Deadline,
     store: Store,
     keep: int | Policy | None,
     only: str | None = None,
+    timed: bool = True,
     marks: list[str] | None = None,
-) -> dict[str, Any]:
-    """The status document (README: "publish status -json"); ``only``: one framework's verdicts; ``marks``:
-    given, the names of the idle marks in exec/ are added to it."""
+) -> Report:
+    """The root's report; ``only``: one framework's verdicts; ``timed``: each entry's time read (the text
+    shows none); ``marks``: given, the names of the idle marks in exec/ are added to it.  Everything that
+    can fail is read here, before a line is written."""
     import time
 
-    from publish.rules.timestamps import rfc3339
-
     store.check_root(dl)
-    times = store.entry_times(dl)  # the same one LIST on S3 as the names alone
+    names, times = _names(dl, store, timed)
     now = time.time()
-    entries = layout.parse_all(list(times), store.location(PUB))
+    paths = _paths(names, store.location(PUB))
     tombs = layout.parse_tombs(store.list_tombs(dl), store.location(TOMB))
-    if not entries and not tombs:
+    if not names and not tombs:
         store.check_exists(dl)
-    ordered = sorted(entries, key=layout.Entry.key, reverse=True)
-    there = _holding(dl, store, [e.path for e in ordered])
-    publications = [
-        {
-            "entry": e.name,
-            "epoch": e.epoch,
-            "step": e.step,
-            "epoch_decimal": str(e.epoch),  # exact for parsers that read numbers as doubles (jq < 1.7)
-            "step_decimal": str(e.step),
-            "path": e.path,
-            "location": store.location(e.path),
-            "exists": held,
-            "time": rfc3339(times[e.name]),  # when the entry was made: its file's mtime, its LastModified
-            "age": round(max(now - times[e.name], 0.0), 3),  # seconds
-        }
-        for e, held in zip(ordered, there)
-    ]
-    from publish.ops import capacity
+    listing = Listing(store, names, paths, times)
+    _exist(dl, store, listing)
+    measure(dl, store, listing)  # each one's bytes: one manifest read each
+    report = Report(store, only, listing, now)
+    report.exec = _Scan(dl, store, only, paths, tombs).run()
+    report.tombs = [Folder(store, f) for f in tombs]  # listed as tombstones, not as saves or leftovers
+    report.idle = _idle(listing, report.exec.files)
+    if marks is not None:
+        marks.extend(name for name in report.exec.files if name.startswith(MARK))
+    if keep is not None:
+        report.prune = _plan(dl, store, keep, report, tombs)
+    return report
 
-    sized = capacity.measure(dl, store, publications)  # each one's bytes: one manifest read each
-    published = {e.path for e in entries}
-    doomed = set(tombs)  # listed as tombstones, not as saves or leftovers
-    named = layout.Nest(list(published))
-    folders_in_exec, files_in_exec = store.children(dl, EXEC)  # one LIST on S3: the attempts and marks
-    attempts = sorted(folders_in_exec)
-    looked = attempts[-ATTEMPT_LIMIT:]
-    saves: list[dict[str, Any]] = []
-    unnamed: list[dict[str, str]] = []
-    unreadable: list[dict[str, str]] = []
-    for attempt in looked:
-        where = f"{EXEC}/{attempt}"
+
+def _names(dl: Deadline, store: Store, timed: bool) -> tuple[list[str], dict[str, float] | None]:
+    """pub/'s names, newest first (zero-padded, they sort as (epoch, step, name)), and when ``timed`` (or
+    on S3, where it is the same one LIST) each entry's time."""
+    if timed or not store.cheap_listing:
+        times = store.entry_times(dl)
+        return sorted(times, reverse=True), times
+    return sorted(store.list_entries(dl), reverse=True), None
+
+
+def _paths(names: list[str], where: str) -> list[str]:
+    """The save each of ``names`` (newest first) names; the first name in sorted order that is not an
+    entry's is a Failure naming it, as layout.parse_all says it."""
+    paths = [""] * len(names)
+    for i in range(len(names) - 1, -1, -1):
         try:
-            folders, files = store.children(dl, where)
+            paths[i] = layout.parse(names[i]).path
+        except ValueError:
+            layout.parse_all([names[i]], where)
+            raise AssertionError("parse_all took a name parse refused") from None  # never: the same rule
+    return paths
+
+
+def _exist(dl: Deadline, store: Store, listing: Listing) -> None:
+    """Whether each publication's save exists: at once where the store can (POSIX: each parent folder
+    opened once per CHUNK saves, so a bounded number of their stats is held at a time), else one ``holds`` each."""
+    at_once = getattr(store, "holds_all", None)
+    paths = listing.paths
+    for start in range(0, len(paths), CHUNK):
+        part = paths[start : start + CHUNK]
+        held = at_once(dl, part) if at_once is not None else [store.holds(dl, path) for path in part]
+        listing.exists[start : start + len(part)] = bytes(map(bool, held))
+
+
+def measure(dl: Deadline, store: Store, listing: Listing) -> None:
+    """What each save that exists holds (capacity.save_size), its manifests read CHUNK at a time where the
+    store reads many at once (POSIX: man/ opened once for each)."""
+    from publish.rules import manifest
+
+    at_once = getattr(store, "read_manifests", None)
+    names, exists = listing.names, listing.exists
+    for start in range(0, max(len(names), 1), CHUNK):
+        held = [i for i in range(start, min(start + CHUNK, len(names))) if exists[i]]
+        read = {} if at_once is None else at_once(dl, [names[i] for i in held], manifest.MANIFEST_LIMIT)
+        for i in held:
+            name = names[i]
+            entry = layout.Entry(int(name[:20]), int(name[21:41]), listing.paths[i], name)
+            if name in read:
+                listing.set_size(i, save_size(dl, store, entry, read[name]))
+            else:
+                listing.set_size(i, save_size(dl, store, entry))
+
+
+class _Scan:
+    """The look into exec/: each of the last ATTEMPT_LIMIT attempts listed once, each child of it that no
+    entry names and no tombstone dooms matched against the frameworks' naming rules."""
+
+    __slots__ = ("dl", "store", "only", "paths", "published", "doomed", "nest", "found")
+
+    def __init__(
+        self, dl: Deadline, store: Store, only: str | None, paths: list[str], tombs: list[str]
+    ) -> None:
+        self.dl, self.store, self.only = dl, store, only
+        self.paths = paths
+        self.published = set(paths)
+        self.doomed = set(tombs)  # listed as tombstones, not as saves or leftovers
+        self.nest: layout.Nest | None = None  # the entries' paths, made when a folder no rule matches is met
+        self.found = Exec()
+
+    def run(self) -> Exec:
+        found = self.found
+        folders, found.files = self.store.children(self.dl, EXEC)  # one LIST on S3: the attempts and marks
+        attempts = sorted(folders)
+        looked = attempts[-ATTEMPT_LIMIT:]
+        found.total, found.looked = len(attempts), len(looked)
+        for attempt in looked:
+            self.attempt(f"{EXEC}/{attempt}")
+        return found
+
+    def attempt(self, where: str) -> None:
+        try:
+            folders, files = self.store.children(self.dl, where)
         except FileError as e:
             if not e.unexaminable:
                 raise
-            unreadable.append({"path": where, "location": store.location(where), "message": str(e)})
-            continue
+            self.found.unreadable.append(Unreadable(self.store, where, str(e)))
+            return
         except StoreError:
             raise
         except (Failure, OSError) as e:  # one attempt's folder (a link the store refuses)
-            unreadable.append({"path": where, "location": store.location(where), "message": str(e)})
-            continue
+            self.found.unreadable.append(Unreadable(self.store, where, str(e)))
+            return
         candidates = [(n, "folder") for n in folders] + [(n, "file") for n in files]
         for child, kind in sorted(candidates):
-            path = f"{EXEC}/{attempt}/{child}"
-            if path in published:
-                continue  # a published save: neither a save to report nor a folder no entry names
-            parts = path.split("/")
-            if any("/".join(parts[:i]) in doomed for i in range(1, len(parts) + 1)):
+            self.child(f"{where}/{child}", child, kind)
+
+    def child(self, path: str, child: str, kind: str) -> None:
+        if path in self.published:
+            return  # a published save: neither a save to report nor a folder no entry names
+        parts = path.split("/")
+        if any("/".join(parts[:i]) in self.doomed for i in range(1, len(parts) + 1)):
+            return
+        matches = []
+        matched = False
+        for name in PREFERENCE:
+            fw = FRAMEWORKS[name]
+            step = fw.step(child)
+            if step is None or (fw.kind == "files") != (kind == "file"):
                 continue
-            matches = []
-            matched = False
-            for name in PREFERENCE:
-                fw = FRAMEWORKS[name]
-                step = fw.step(child)
-                if step is None or (fw.kind == "files") != (kind == "file"):
-                    continue
-                matched = True
-                if only is None or name == only:
-                    matches.append((name, step))
-            if matches:
-                framework, step, state, message = _verdict(dl, store, path, matches)
-                saves.append(
-                    {
-                        "path": path,
-                        "location": store.location(path),
-                        "framework": framework,
-                        "step": step,
-                        "step_decimal": str(step),
-                        "state": state,
-                        "message": message,
-                    }
-                )
-            if not matched and kind == "folder" and not named.related(path):
-                unnamed.append({"path": path, "location": store.location(path)})
-    doc: dict[str, Any] = {
-        "version": VERSION,
-        "root": store.root,
-        "framework": only,
-        "publications": publications,
-        "attempts": {"total": len(attempts), "looked_into": len(looked)},
-        "saves": saves,
-        "unnamed": unnamed,
-        "unreadable": unreadable,
-        "tombstones": [{"path": f, "location": store.location(f)} for f in tombs],
-        "prune": None,
-        "idle": _idle(publications, files_in_exec),
-    }
-    if marks is not None:
-        marks.extend(name for name in files_in_exec if name.startswith(MARK))
-    doc.update(capacity.summary(store, publications))
-    if keep is not None:
-        if isinstance(keep, Policy) and keep.within is not None:
-            keep.times, keep.now = times, now
-        if isinstance(keep, Policy) and keep.protect is not None:
-            keep.held = keep.protect(dl, entries)
-        policy = keep if isinstance(keep, Policy) else Policy(keep)
-        known = {str(p["path"]): bool(p["exists"]) for p in publications}  # asked once, as prune asks
-        try:
-            sched = Schedule(entries, tombs, keep, Saves(dl, store, known, sized))
-        except NoSaves as e:  # what prune would do: nothing, and say why
-            doc["prune"] = _plan(policy, None, [], [], str(e))
-            return doc
-        orphans = None
-        if policy.orphans is not None:
-            sched.find_orphans(dl, store, policy.orphans, now)
-            orphans = {
-                "age": policy.orphans.age,
-                "attempt": policy.orphans.attempt or None,
-                "folders": sched.orphans,
-                "uploads": [
-                    {"path": u.path, "location": store.location(u.path), "upload_id": u.upload_id}
-                    for u in sched.uploads
-                ],
-                "left": [{"path": p, "location": store.location(p), "why": why} for p, why in sched.left],
-            }
-        doc["prune"] = _plan(
-            policy, orphans, [e.name for e in sched.gone], would_remove(dl, store, sched), notes=sched.notes
-        )
-    return doc
+            matched = True
+            if self.only is None or name == self.only:
+                matches.append((name, step))
+        if matches:
+            self.found.saves.append(Save(self.store, path, _verdict(self.dl, self.store, path, matches)))
+        if not matched and kind == "folder" and not self.named(path):
+            self.found.unnamed.append(Folder(self.store, path))
+
+    def named(self, path: str) -> bool:
+        """Whether an entry names the folder ``path``, one inside it or one around it."""
+        if self.nest is None:
+            self.nest = layout.Nest(self.paths)
+        return self.nest.related(path)
 
 
-def _plan(
-    policy: Policy,
-    orphans: dict[str, Any] | None,
-    entries: list[str],
-    lines: list[str],
-    refused: str = "",
-    notes: list[str] | None = None,
-) -> dict[str, Any]:
-    """The document's ``prune``; ``refused``: why prune would remove nothing (every save looks gone);
-    ``notes``: what prune would say on stderr of -keep-bytes."""
-    return {
-        "keep": policy.keep,
-        "keep_every": policy.every or None,
-        "keep_within": policy.within,
-        "keep_bytes": policy.bytes,
-        "notes": notes or [],
-        "orphans": orphans,
-        "entries": entries,
-        "lines": lines,
-        "refused": refused or None,
-    }
-
-
-def _holding(dl: Deadline, store: Store, paths: list[str]) -> list[bool]:
-    """Whether something is at each of ``paths``: at once where the store can (POSIX: each parent folder
-    opened once), else one ``holds`` each."""
-    at_once = getattr(store, "holds_all", None)
-    if at_once is not None:
-        return list(at_once(dl, paths))
-    return [store.holds(dl, path) for path in paths]
-
-
-def _idle(
-    publications: list[dict[str, Any]], files: list[str], mirrored: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
+def _idle(listing: Listing, files: list[str], mirrored: Listing | None = None) -> Idle:
     """run -requeue's count of idle requeues (publish.ops.idle): the marks among ``files`` (exec/'s) of
     the save a dispatch would resume from now (the newest publication whose save exists; none: no save),
     and all marks.  With ``mirrored`` (the mirror's publications; ``files`` then both tiers' marks), that
@@ -257,82 +705,127 @@ def _idle(
     from publish.ops.idle import mark_prefix
 
     marks = {name for name in files if name.startswith(MARK)}  # a mark on both tiers counts once
-    newest = next((p for p in publications if p["exists"]), None)
-    other = next((p for p in mirrored or [] if p["exists"]), None)
-    if other is not None and (
-        newest is None or (other["epoch"], other["step"]) > (newest["epoch"], newest["step"])
-    ):
+    newest = listing.newest()
+    other = None if mirrored is None else mirrored.newest()
+    if other is not None and (newest is None or (other.epoch, other.step) > (newest.epoch, newest.step)):
         newest = other
-    resumed = None if newest is None else layout.parse(newest["entry"])
+    resumed = None if newest is None else layout.Entry(newest.epoch, newest.step, newest.path, newest.name)
     prefix = mark_prefix(resumed)
-    return {
-        "save": None if newest is None else newest["path"],
-        "location": None if newest is None else newest["location"],
-        "requeues": sum(1 for name in marks if name.startswith(prefix)),
-        "marks": len(marks),
-    }
+    return Idle(newest, sum(1 for name in marks if name.startswith(prefix)), len(marks))
 
 
-def status(
-    dl: Deadline,
-    store: Store,
-    say: Say,
-    keep: int | Policy | None,
-    as_json: bool = False,
-    only: str | None = None,
-    mirror: Store | None = None,
-    mirror_keep: int | None = None,
-    max_age: float | None = None,
-    max_lag: float | None = None,
-) -> None:
-    """Print the status document, as one JSON line or as text for a person.  With ``mirror`` (-mirror),
-    the mirror's document too, under ``"mirror"``, and which publications it holds.  ``max_age`` and
-    ``max_lag`` (-max-age, -max-mirror-lag): when what they bound is stale, a Failure naming it in one
-    line instead (publish.ops.health)."""
-    pair = None
-    if mirror is not None:
-        from publish.ops.tiers import Tiers
+def _plan(dl: Deadline, store: Store, keep: int | Policy, report: Report, tombs: list[str]) -> Plan:
+    """What prune -keep would do (the document's ``prune``)."""
+    listing = report.listing
+    if isinstance(keep, Policy) and keep.within is not None:
+        keep.times, keep.now = listing.times or {}, report.now
+    entries = listing.entries()
+    if isinstance(keep, Policy) and keep.protect is not None:
+        keep.held = keep.protect(dl, entries)
+    policy = keep if isinstance(keep, Policy) else Policy(keep)
+    try:  # each save's existence and size asked once, as prune asks
+        sched = Schedule(entries, tombs, keep, Saves(dl, store, listing.known(), listing.sized()))
+    except NoSaves as e:  # what prune would do: nothing, and say why
+        return Plan(policy, [], [], str(e))
+    orphans = None
+    if policy.orphans is not None:
+        sched.find_orphans(dl, store, policy.orphans, report.now)
+        orphans = {
+            "age": policy.orphans.age,
+            "attempt": policy.orphans.attempt or None,
+            "folders": sched.orphans,
+            "uploads": [
+                {"path": u.path, "location": store.location(u.path), "upload_id": u.upload_id}
+                for u in sched.uploads
+            ],
+            "left": [{"path": p, "location": store.location(p), "why": why} for p, why in sched.left],
+        }
+    plan = Plan(policy, [e.name for e in sched.gone], would_remove(dl, store, sched))
+    plan.orphans, plan.notes = orphans, sched.notes
+    return plan
 
-        pair = Tiers(store, mirror, say, 0.0, mirror_keep)
-        if isinstance(keep, Policy):
-            keep.protect = pair.protected  # prune -keep N keeps what is pending
-    if pair is None:
-        doc = collect(dl, store, keep, only)
+
+# -- the verb
+
+
+class Ask:
+    """What a status is asked for: the prune -keep N to show (``keep``), -json, one framework's verdicts
+    (``only``), the mirror and its -mirror-keep, and the health checks' bounds (-max-age, -max-mirror-lag)."""
+
+    __slots__ = ("keep", "as_json", "only", "mirror", "mirror_keep", "max_age", "max_lag")
+
+    def __init__(
+        self, keep: int | Policy | None = None, as_json: bool = False, only: str | None = None
+    ) -> None:
+        self.keep = keep
+        self.as_json = as_json
+        self.only = only
+        self.mirror: Store | None = None
+        self.mirror_keep: int | None = None
+        self.max_age: float | None = None
+        self.max_lag: float | None = None
+
+    @property
+    def timed(self) -> bool:
+        """Whether each entry's time is read: -json shows them, the health checks and -keep-within use them,
+        the text alone does not."""
+        within = isinstance(self.keep, Policy) and self.keep.within is not None
+        return self.as_json or self.max_age is not None or self.max_lag is not None or within
+
+
+def status(dl: Deadline, store: Store, say: Say, ask: Ask) -> None:
+    """Print the status document, as one JSON line or as text for a person, a block of lines at a time.
+    With ``ask.mirror`` (-mirror), the mirror's document too, under ``"mirror"``, and which publications it
+    holds.  ``ask.max_age`` and ``ask.max_lag`` (-max-age, -max-mirror-lag): when what they bound is
+    stale, a Failure naming it in one line instead (publish.ops.health)."""
+    if ask.mirror is None:
+        report = collect(dl, store, ask.keep, ask.only, ask.timed)
     else:
-        fast_marks: list[str] = []
-        mirror_marks: list[str] = []
-        try:
-            doc = collect(dl, store, keep, only, fast_marks)
-        except Failure as e:  # the root lost with its node: the mirror is shown, as resolve -mirror answers
-            try:
-                mirrored = collect(dl, pair.mirror, None, only, mirror_marks)
-            except Failure as m:
-                raise Failure(f"{_fact(e)}; the mirror failed too: {_fact(m)}") from None
-            say.warn(f"{_fact(e)}: showing the mirror alone")
-            doc = _failed(store, only, _fact(e))
-        else:
-            mirrored = collect(dl, pair.mirror, None, only, mirror_marks)
-        fast = [layout.parse(p["entry"]) for p in doc["publications"]]
-        pending = pair.pending_of(
-            dl,
-            fast,
-            [p["entry"] for p in mirrored["publications"]],
-            {p["path"]: p["exists"] for p in doc["publications"]},  # asked once, as prune asks
-            {p["path"]: p["exists"] for p in mirrored["publications"]},
-        )
-        tiers(doc, mirrored, [e.name for e in pending])
-        # run -requeue -mirror's count: resolve -mirror's answer, the union of both tiers' marks
-        doc["idle"] = _idle(doc["publications"], fast_marks + mirror_marks, mirrored["publications"])
-    if max_age is not None or max_lag is not None:
+        report = _two_tiers(dl, store, say, ask, ask.mirror)
+    if ask.max_age is not None or ask.max_lag is not None:
         from publish.ops.health import check
 
-        check(doc, max_age, max_lag)
-    if as_json:
-        import json
-
-        say.out(json.dumps(doc, ensure_ascii=True))
+        check(_health(report), ask.max_age, ask.max_lag)
+    if ask.as_json:
+        say.out("".join(report.json()))
         return
-    say.out_all(text(doc))
+    block: list[str] = []
+    for line in report.text():
+        block.append(line)
+        if len(block) == CHUNK:
+            say.out_all(block)
+            block = []
+    say.out_all(block)
+
+
+def _two_tiers(dl: Deadline, store: Store, say: Say, ask: Ask, mirror: Store) -> Report:
+    """The root's report with the mirror's (-mirror): the root lost with its node, the mirror's alone, as
+    resolve -mirror answers."""
+    from publish.ops.tiers import Tiers
+
+    pair = Tiers(store, mirror, say, 0.0, ask.mirror_keep)
+    if isinstance(ask.keep, Policy):
+        ask.keep.protect = pair.protected  # prune -keep N keeps what is pending
+    fast_marks: list[str] = []
+    mirror_marks: list[str] = []
+    try:
+        report = collect(dl, store, ask.keep, ask.only, ask.timed, fast_marks)
+    except Failure as e:
+        try:
+            mirrored = collect(dl, pair.mirror, None, ask.only, ask.timed, mirror_marks)
+        except Failure as m:
+            raise Failure(f"{_fact(e)}; the mirror failed too: {_fact(m)}") from None
+        say.warn(f"{_fact(e)}: showing the mirror alone")
+        report = Report(store, ask.only, Listing(store, [], [], {}), mirrored.now)
+        report.failed = _fact(e)
+    else:
+        mirrored = collect(dl, pair.mirror, None, ask.only, ask.timed, mirror_marks)
+    fast, other = report.listing, mirrored.listing
+    pending = pair.pending_of(dl, fast.entries()[::-1], other.names, fast.known(), other.known())
+    tiers(report, mirrored, [e.name for e in pending])
+    # run -requeue -mirror's count: resolve -mirror's answer, the union of both tiers' marks
+    report.idle = _idle(fast, fast_marks + mirror_marks, other)
+    return report
 
 
 def _fact(e: Failure) -> str:
@@ -342,164 +835,47 @@ def _fact(e: Failure) -> str:
     return e.fact if isinstance(e, MissingRoot) else str(e)
 
 
-def _failed(store: Store, only: str | None, why: str) -> dict[str, Any]:
-    """The root's document when the root failed (``why``, also in ``failed``) and the mirror is shown: it
-    holds nothing that could be read."""
-    return {
-        "version": VERSION,
-        "root": store.root,
-        "framework": only,
-        "failed": why,
-        "publications": [],
-        "attempts": {"total": 0, "looked_into": 0},
-        "saves": [],
-        "unnamed": [],
-        "unreadable": [],
-        "tombstones": [],
-        "prune": None,
-        "idle": _idle([], []),
-        "bytes": None,
-        "space": None,
-    }
-
-
-def tiers(doc: dict[str, Any], mirrored: dict[str, Any], pending: list[str]) -> None:
-    """Add the mirror's document to the root's: each publication's ``"mirrored"``, the ``"pending"`` entry
-    names (newest first), and ``"tiers"``: each (epoch, step, entry) of either, newest first, with its
-    state on each (``exists``, ``missing``: published but the save is gone, ``none``; on the mirror also
+def tiers(report: Report, mirrored: Report, pending: list[str]) -> None:
+    """Add the mirror's report to the root's: whether it holds each publication, the ``pending`` entry
+    names (newest first), and each (epoch, step, entry) of either tier, newest first, with its state on
+    each (``exists``, ``missing``: published but the save is gone, ``none``; on the mirror also
     ``pending``)."""
-    on_mirror = {p["entry"]: p for p in mirrored["publications"]}
-    on_fast = {p["entry"]: p for p in doc["publications"]}
-    for p in doc["publications"]:
-        p["mirrored"] = p["entry"] in on_mirror
-    doc["mirror"] = mirrored
-    doc["pending"] = pending
+    on_mirror = dict(zip(mirrored.listing.names, mirrored.listing.exists))
+    on_fast = dict(zip(report.listing.names, report.listing.exists))
+    report.listing.on_mirror = set(on_mirror)
+    report.mirror = mirrored
+    report.pending = pending
     rows = []
-    for name in sorted(
-        set(on_mirror) | set(on_fast), key=lambda n: _order(on_fast, on_mirror, n), reverse=True
-    ):
-        p = on_fast.get(name) or on_mirror[name]
-        rows.append(
-            {
-                "entry": name,
-                "epoch_decimal": p["epoch_decimal"],
-                "step_decimal": p["step_decimal"],
-                "root": _state(on_fast.get(name)),
-                "mirror": _state(on_mirror.get(name))
-                if name in on_mirror
-                else ("pending" if name in pending else "none"),
-            }
+    for name in sorted(set(on_mirror) | set(on_fast), key=_order, reverse=True):
+        there = (
+            _state(on_mirror.get(name)) if name in on_mirror else ("pending" if name in pending else "none")
         )
-    doc["tiers"] = rows
+        rows.append(Tier(name, _state(on_fast.get(name)), there))
+    report.tiers = rows
 
 
-def _order(fast: dict[str, Any], mirror: dict[str, Any], name: str) -> tuple[int, int, str]:
-    p = fast.get(name) or mirror[name]
-    return (p["epoch"], p["step"], name)
+def _order(name: str) -> tuple[int, int, str]:
+    return (int(name[:20]), int(name[21:41]), name)
 
 
-def _state(pub: dict[str, Any] | None) -> str:
+def _state(held: int | None) -> str:
     """``exists``, ``missing`` (published, its save gone) or ``none`` (not published there)."""
-    if pub is None:
+    if held is None:
         return "none"
-    return "exists" if pub["exists"] else "missing"
+    return "exists" if held else "missing"
 
 
-def text(doc: dict[str, Any]) -> list[str]:
-    """The status document as lines for a person."""
-    lines: list[str] = []
-
-    def section(head: str, items: list[str]) -> None:
-        lines.append(head)
-        lines.extend(items or ["  (none)"])
-
-    failed = doc.get("failed")
-    if failed is not None:  # -mirror, the root lost: nothing of it to show but why
-        lines.append(f"the root {shown(doc['root'])} could not be read: {failed}")
-    else:
-        pubs = doc["publications"]
-        section(
-            f"publications in {shown(doc['root'] + '/' + PUB)}: {len(pubs)}, newest first",
-            [
-                f"  epoch {p['epoch']} step {p['step']} {shown(p['location'])} "
-                f"({'exists' if p['exists'] else 'MISSING'}){size_note(p)}"
-                for p in pubs
-            ],
-        )
-        lines.append(space_line(doc))
-        att = doc["attempts"]
-        head = f"saves not published under {shown(doc['root'] + '/' + EXEC + '/')} ({att['total']} attempts"
-        if att["looked_into"] < att["total"]:
-            head += f", the last {att['looked_into']} by name looked into"
-        if doc.get("framework"):
-            head += f"; {doc['framework']} only"
-        saves = []
-        for state in ("complete", "incomplete", "faulty"):
-            for s in doc["saves"]:
-                if s["state"] == state:
-                    why = f": {s['message']}" if s["message"] else ""
-                    saves.append(
-                        f"  {state:<10} {shown(s['location'])} ({s['framework']}, step {s['step']}){why}"
-                    )
-        section(head + ")", saves)
-        section(
-            f"folders under {EXEC}/<attempt>/ that no entry names and no framework's naming rule matches:",
-            [f"  {shown(u['location'])}" for u in doc["unnamed"]],
-        )
-        if doc["unreadable"]:
-            lines.append(f"attempts under {EXEC}/ that could not be read:")
-            for u in doc["unreadable"]:  # a store's message names the folder already, as a rule
-                named_by = u["message"].startswith(u["location"])
-                lines.append(f"  {u['message']}" if named_by else f"  {shown(u['location'])}: {u['message']}")
-        section(
-            f"tombstones in {shown(doc['root'] + '/' + TOMB)} (an interrupted prune; the next prune finishes them):",
-            [f"  {shown(t['location'])}" for t in doc["tombstones"]],
-        )
-    if "mirror" in doc:
-        section(
-            f"both tiers, newest first (root {shown(doc['root'])}, mirror {shown(doc['mirror']['root'])}):",
-            [
-                f"  epoch {t['epoch_decimal']} step {t['step_decimal']}  root: {t['root']:<7} mirror: {t['mirror']}"
-                for t in doc["tiers"]
-            ],
-        )
-    idle = doc["idle"]
-    if idle["marks"]:
-        since = shown(idle["location"]) if idle["location"] is not None else "no save"
-        lines.append(
-            f"run -requeue: {idle['requeues']} idle requeues in a row from {since} "
-            f"({idle['marks']} marks {EXEC}/.idle-* in all{' on both tiers' if 'mirror' in doc else ''}; "
-            "removing them starts the count again)"
-        )
-    plan = doc["prune"]
-    if plan is not None:
-        policy = f"-keep {plan['keep']}"
-        if plan["keep_every"]:
-            policy += f" -keep-every {plan['keep_every']}"
-        if plan["keep_within"] is not None:
-            from publish.rules.go.gocompat import format_duration
-
-            policy += f" -keep-within {format_duration(plan['keep_within'])}"
-        policy += policy_text(plan)
-        orphans = plan.get("orphans")
-        if orphans is not None:
-            from publish.rules.go.gocompat import format_duration
-
-            policy += f" -orphans -orphans-age {format_duration(orphans['age'])}"
-            if orphans["attempt"] is not None:
-                policy += f" -attempt {shown(orphans['attempt'])}"
-        if plan["refused"] is not None:
-            lines.append(f"prune {policy} would remove nothing and fail: {plan['refused']}")
-        else:
-            section(
-                f"prune {policy} would remove entries: {len(plan['entries'])}, and:",
-                [f"  {line}" for line in plan["lines"]],
-            )
-            lines.extend(f"  ({note})" for note in plan.get("notes", ()))
-    if "mirror" in doc:
-        lines.append(f"the mirror {shown(doc['mirror']['root'])}:")
-        lines.extend("  " + line for line in text(doc["mirror"]))
-    return lines
+def _health(report: Report) -> dict[str, Any]:
+    """What publish.ops.health reads of the document: each tier's publications, the pending ones."""
+    doc: dict[str, Any] = {
+        "root": report.store.root,
+        "publications": [p.json(report.now) for p in report.listing],
+    }
+    if report.mirror is not None:
+        mirror = report.mirror
+        doc["mirror"] = {"publications": [p.json(mirror.now) for p in mirror.listing]}
+        doc["pending"] = report.pending
+    return doc
 
 
 class Status(command.Command):
@@ -547,18 +923,11 @@ class Status(command.Command):
         policy = None
         if self.keep.is_set:
             policy = self.retention.policy(self.keep.value, orphans)
-        status(
-            self.deadline(call),
-            store,
-            call.say,
-            policy,
-            as_json=self.json.value,
-            only=self.framework.value,
-            mirror=mirror,
-            mirror_keep=None if given is None else given.keep,
-            max_age=self.max_age.value if self.max_age.is_set else None,
-            max_lag=self.max_lag.value if self.max_lag.is_set else None,
-        )
+        ask = Ask(policy, self.json.value, self.framework.value)
+        ask.mirror, ask.mirror_keep = mirror, None if given is None else given.keep
+        ask.max_age = self.max_age.value if self.max_age.is_set else None
+        ask.max_lag = self.max_lag.value if self.max_lag.is_set else None
+        status(self.deadline(call), store, call.say, ask)
         return 0
 
 

@@ -23,6 +23,7 @@ DRIVER = """
 import os, sys, time
 from publish.cli import main
 import publish.stores.posix, publish.verbs.publish, publish.verbs.prune, publish.verbs.resolve
+import publish.ops.publishing, publish.ops.retention, publish.ops.resolution
 sys.stdout.write("ready\\n")
 sys.stdout.flush()
 if sys.stdin.buffer.read(1) != b"g":
