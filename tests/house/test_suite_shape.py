@@ -1,5 +1,6 @@
 """The shape of the code: tests share helpers, never another test module.  (A module's length is a review
-question, docs/design.md's Habits, not a test: a cap forced splits by size rather than by idea.)"""
+question, docs/design.md's Habits, not a test: a cap forced splits by size rather than by idea. The verbs'
+functions are the one exception, below.)"""
 
 from __future__ import annotations
 
@@ -149,3 +150,24 @@ def test_the_tests_mirror_the_package() -> None:
         and p.relative_to(HERE).parts[0] != "support"
     )
     assert helpers == []
+
+
+def test_a_verb_is_its_flags_and_its_run() -> None:
+    """The one cap on length the house keeps (docs/design.md): in publish/verbs/ no function is over 60 lines
+    or takes over 8 parameters besides self. A verb longer than that holds an operation other verbs will
+    want, which belongs in publish/ops/; that no verb imports another is the `verbs` import contract."""
+    over = []
+    for path in sorted((HERE.parent / "publish" / "verbs").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                params = [
+                    p.arg for p in a.posonlyargs + a.args + a.kwonlyargs if p.arg not in ("self", "cls")
+                ]
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > 60 or len(params) > 8:
+                    over.append(
+                        f"{path.name}:{node.lineno} {node.name}: {lines} lines, {len(params)} parameters"
+                    )
+    assert over == []
