@@ -32,7 +32,7 @@ VERMIN_ARGS = [
 
 # Each `# novm` in publish/: (file, text of the line it ends) -> why that newer name never runs on 3.9.
 NOVM = {
-    ("verbs/child.py", "process_group=0"): "only under sys.version_info >= (3, 11); older: preexec_fn",
+    ("process/child.py", "process_group=0"): "only under sys.version_info >= (3, 11); older: preexec_fn",
 }
 
 _TYPES = {"bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int", "list", "memoryview"}
