@@ -1,4 +1,7 @@
-"""publish: publish one save, for frameworks without a completion marker."""
+"""Publishing one entry: the save's manifest, then its entry, then the check against a prune that overlapped
+(its tombstones, the save against its manifest), then the published line; shared by publish, watch's and
+run's scans, and the mirror's uploads (``enter``).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""resolve: print the location of the newest publication whose save exists, or nothing."""
+"""Resolution: the newest publication whose save exists (and, with -verify, matches its manifest), on one
+root or on a fast root and its mirror; what resolve prints, and what run resumes from and counts idle
+dispatches by.  Also the probe of an S3 root (resolve -probe, probe).
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
-"""prune: remove all but the latest entries (then their manifests), then the folders only they named;
-crash-consistent.
+"""Retention: which publications a prune keeps (the policy of -keep and its companions, counting only saves
+that exist), its schedule, and the prune itself, crash-consistent; run by prune, run -keep, watch's and run's
+mirror (-mirror-keep) and shown by status -keep.
 
-Before removing an entry, prune records each folder it is about to remove as a tombstone in tomb/ (durable),
-and removes a tombstone only after its folder.  So a prune killed at any point leaves tombstones for every
-folder it planned and had not finished, and the next prune finishes them: exactly what an uninterrupted one
-would have left.  With -orphans it also removes, through the same tombstones, what in other attempts' folders
-no remaining entry relates to and nothing has changed in for -orphans-age (publish.ops.orphans).
+Before removing an entry, a prune records each folder it is about to remove as a tombstone in tomb/
+(durable), and removes a tombstone only after its folder.  So a prune killed at any point leaves tombstones
+for every folder it planned and had not finished, and the next prune finishes them: exactly what an
+uninterrupted one would have left.  With -orphans it also removes, through the same tombstones, what in
+other attempts' folders no remaining entry relates to and nothing has changed in for -orphans-age
+(publish.ops.orphans).
 """
 
 from __future__ import annotations

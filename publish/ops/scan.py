@@ -1,4 +1,6 @@
-"""watch: publish each save once it is complete, until told to stop."""
+"""The scan of watch and run: the saves of one framework under SAVES, each published once it is whole
+(:class:`Watcher`), and the stop flag SIGTERM and SIGINT set (:class:`SignalStop`).
+"""
 
 from __future__ import annotations
 

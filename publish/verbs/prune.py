@@ -1,11 +1,6 @@
 """prune: remove all but the latest entries (then their manifests), then the folders only they named;
-crash-consistent.
-
-Before removing an entry, prune records each folder it is about to remove as a tombstone in tomb/ (durable),
-and removes a tombstone only after its folder.  So a prune killed at any point leaves tombstones for every
-folder it planned and had not finished, and the next prune finishes them: exactly what an uninterrupted one
-would have left.  With -orphans it also removes, through the same tombstones, what in other attempts' folders
-no remaining entry relates to and nothing has changed in for -orphans-age (publish.ops.orphans).
+crash-consistent (publish.ops.retention says how).  With -mirror, the mirror first (-mirror-keep), then the
+root, keeping every save not yet on the mirror.
 """
 
 from __future__ import annotations
