@@ -3,6 +3,9 @@ _publish_boot" ARGS` (packaging/build/launcher.c builds that command; the module
 
 The modules every start needs are in ROOT/lib/pythonXY.zip, first on sys.path; the others (S3, Vault, TLS, ...)
 are in ROOT/lib/more.zip, which only the finder below reads, so that a POSIX verb never reads its directory.
+The modules of pythonXY.zip imported after this one are read by _Stored, first on sys.meta_path: with one
+descriptor and one read each, from zipimport's own table of the archive, rather than through zipimport's path
+(which reads and unmarshals each module twice); anything it cannot check is left to zipimport.
 
 In the one-file form the launcher unpacks only what every verb needs (the interpreter, its C libraries,
 pythonXY.zip) and leaves the rest in the file: more.zip, the extension modules and the C libraries only they
@@ -33,7 +36,8 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Sequence
     from importlib.machinery import ModuleSpec
-    from types import ModuleType
+    from types import CodeType, ModuleType
+    from typing import Any
 
 MORE = "lib/more.zip"
 
@@ -301,6 +305,143 @@ class _Finder:
             sys.stderr.flush()
 
 
+class _Stored:
+    """First on sys.meta_path: the modules of pythonXY.zip (the package's and the standard library's there),
+    read with one descriptor kept open, in place of zipimport's Python path through the import system.
+
+    zipimport finds a module by trying its suffixes, is asked for the file name (which reads the member and
+    unmarshals it), then for the code (which reads and unmarshals it again), each read opening the archive
+    afresh and parsing the local header in Python: about a quarter of a million instructions a module before
+    its body runs. Here the member is found by name in zipimport's own table of the archive (`files`, read
+    once from its central directory when zipimport imported this module), read with one pread of its local
+    header and data, checked (the local header's signature, the member's name, stored, the .pyc's magic and
+    flags) and unmarshalled once. A member this finder does not read as such (compressed, a .pyc checked
+    against its source, a header or name that does not match, a size past the archive's end, a read that
+    fails) is left to zipimport (find_spec returns None), whose errors are as they were; so is every name not
+    in the archive. The modules keep zipimport's attributes: __file__ and origin the member's path in the
+    archive, __path__ its folder there for a package; get_source is None (the archive holds no source)."""
+
+    SIGNATURE = b"PK\x03\x04"
+
+    def __init__(self, archive: str, files: dict[str, tuple[object, ...]], fd: int, size: int) -> None:
+        # the import system's own modules, always loaded: bound once, not imported again on each module
+        import marshal
+        import posix
+        from _frozen_importlib import ModuleSpec
+        from _frozen_importlib_external import MAGIC_NUMBER
+
+        self.archive = archive
+        # member name -> zipimport's entry: (path, compression, data size, file size, local header offset, ...)
+        self.files = files
+        self.fd = fd
+        self.size = size  # of the archive, when opened: no read is asked for more
+        self.pread = posix.pread
+        self.loads = marshal.loads
+        self.spec: Any = ModuleSpec  # (typeshed's ModuleSpec takes a Loader, which this is not nominally)
+        self.magic = MAGIC_NUMBER
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        key = name.replace(".", "/")
+        member = key + "/__init__.pyc"  # a package before a module, as zipimport looks
+        entry = self.files.get(member)
+        if entry is None:
+            member = key + ".pyc"
+            entry = self.files.get(member)
+            if entry is None:
+                return None
+        code = self._read(member, entry)
+        if code is None:
+            return None
+        file = str(entry[0])
+        spec: ModuleSpec = self.spec(name, self, origin=file, loader_state=code)
+        spec.has_location = True  # __file__ set, __cached__ the same path (a .pyc)
+        if member.endswith("/__init__.pyc"):
+            spec.submodule_search_locations = [file.rpartition("/")[0]]
+        return spec
+
+    def _read(self, member: str, entry: tuple[object, ...]) -> memoryview | None:
+        """The marshalled code of the member (after the .pyc's 16-byte header), or None if zipimport is to
+        read it."""
+        compress, size, offset = entry[1], entry[2], entry[4]
+        name = member.encode()
+        head = 30 + len(name)  # the local header as zipfile writes it: no extra field
+        if compress != 0 or not isinstance(size, int) or not isinstance(offset, int):
+            return None
+        if size < 16 or offset < 0 or offset + head + size > self.size:
+            return None
+        try:
+            data = self.pread(self.fd, head + size, offset)
+        except OSError:
+            return None
+        if (
+            len(data) != head + size
+            or data[:4] != self.SIGNATURE
+            or data[26:30] != len(name).to_bytes(2, "little") + b"\0\0"
+            or data[30:head] != name
+            or data[head : head + 4] != self.magic
+            or data[head + 4 : head + 8] != b"\1\0\0\0"  # hash-based, unchecked: as freeze.py writes them
+        ):
+            return None
+        return memoryview(data)[head + 16 :]
+
+    def create_module(self, spec: ModuleSpec) -> None:
+        return None  # the module the import system makes
+
+    def exec_module(self, module: ModuleType) -> None:
+        spec = module.__spec__
+        if spec is not None and isinstance(spec.loader_state, memoryview):  # read by find_spec
+            data, spec.loader_state = spec.loader_state, None  # the bytes are not kept once the code is made
+            exec(self.loads(data), module.__dict__)
+        else:
+            exec(self.get_code(module.__name__), module.__dict__)
+
+    def get_code(self, name: str) -> CodeType:
+        spec = self.find_spec(name)
+        if spec is None:
+            return self._zip(name).get_code(name)
+        code: CodeType = self.loads(spec.loader_state)
+        return code
+
+    def get_source(self, name: str) -> str | None:
+        return None  # the archive holds compiled modules only, as zipimport would say
+
+    def is_package(self, name: str) -> bool:
+        return name.replace(".", "/") + "/__init__.pyc" in self.files
+
+    def get_filename(self, name: str) -> str:
+        spec = self.find_spec(name)
+        return spec.origin if spec is not None and spec.origin else self._zip(name).get_filename(name)
+
+    def get_data(self, path: str) -> bytes:
+        return zipimport.zipimporter(self.archive).get_data(path)
+
+    def get_resource_reader(self, name: str) -> object:
+        return self._zip(name).get_resource_reader(name)
+
+    def _zip(self, name: str) -> zipimport.zipimporter:
+        """zipimport's importer of the folder that holds the module (it reads a module by its last name only)."""
+        parent = name.rpartition(".")[0]
+        return ZIP("/".join([self.archive, *parent.split(".")]) if parent else self.archive)
+
+
+def _stored(loader: object) -> _Stored | None:
+    """The finder of the archive `loader` (the zipimporter that imported this module) read this module from,
+    or None when zipimport keeps no table of it (another implementation) or it cannot be opened."""
+    import posix
+
+    archive = getattr(loader, "archive", None)
+    files = getattr(zipimport, "_zip_directory_cache", {}).get(archive)
+    if not isinstance(archive, str) or not isinstance(files, dict):
+        return None
+    try:
+        fd = posix.open(archive, posix.O_RDONLY | posix.O_CLOEXEC)
+    except OSError:
+        return None
+    return _Stored(archive, files, fd, posix.fstat(fd).st_size)
+
+
 def _zip_hook() -> None:
     """On 3.9, ZIP reads the zips on sys.path (pythonXY.zip) from now on, in place of zipimporter."""
     if ZIP is not zipimport.zipimporter:
@@ -335,6 +476,9 @@ def _install() -> None:
         sys.path[:] = [p for p in sys.path if not p.endswith("/lib-dynload")]
         sys.path_hooks.insert(0, finder.more_hook)
     sys.meta_path.append(finder)
+    stored = _stored(globals().get("__loader__"))
+    if stored is not None:
+        sys.meta_path.insert(0, stored)
 
 
 _install()

@@ -130,6 +130,45 @@ def test_lazily_imported_modules_are_frozen(binary: Path) -> None:
     assert not {m for m in modules if m.split(".")[0] in ("torch", "numpy")}
 
 
+# Run by the folder form's own interpreter as the launcher runs it, with `publish resolve` as its arguments: at
+# exit, each module read from pythonXY.zip after the interpreter's own start and the type of the loader that read it.
+LOADERS = """
+import atexit, sys
+started = set(sys.modules)
+def note():
+    for name, module in sorted(sys.modules.items()):
+        file = getattr(module, "__file__", None) or ""
+        if ".zip/" in file and "/more.zip/" not in file and name not in started:
+            print(name, type(module.__loader__).__name__)
+atexit.register(note)
+sys.argv[0] = "publish"
+import _publish_boot
+"""
+
+
+@pytest.mark.interpreter_form
+def test_the_modules_every_start_reads_come_through_boots_finder(binary: Path, tmp_path: Path) -> None:
+    """Issue 33: a POSIX resolve reads its modules of pythonXY.zip (the package's and the standard library's)
+    with packaging/build/boot.py's finder of that archive, not zipimport's Python path (about a quarter of a
+    million instructions a module more): every module imported after the interpreter's own start (which
+    imports encodings, and on 3.9 io, abc and codecs, from the archive) and boot.py itself (gone from
+    sys.modules as the command's exit ends its import)."""
+    tree = FOLDER / "libexec" / "publish"
+    (tmp_path / "pub").mkdir()
+    r = subprocess.run(
+        [str(tree / "ld-publish.so.1"), "--inhibit-cache", "--library-path", str(tree / "_internal")]
+        + [str(tree / "publish"), "-I", "-S", "-c", LOADERS, "resolve", "-checkpoint", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env_for(tmp_path),
+    )
+    loaders = dict(line.split() for line in r.stdout.splitlines() if len(line.split()) == 2)
+    assert {"publish.cli", "publish.verbs.resolve", "publish.stores.posix"} <= set(loaders), (
+        r.stdout + r.stderr
+    )
+    assert {n: loader for n, loader in loaders.items() if loader != "_Stored"} == {}
+
+
 @pytest.mark.interpreter_form
 def test_tree_carries_tls_and_its_own_c_library(binary: Path) -> None:
     libs = FOLDER / "libexec" / "publish" / "_internal"
