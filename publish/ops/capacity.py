@@ -43,30 +43,92 @@ def save_size(dl: Deadline, store: Store, entry: layout.Entry, read: object = _U
     store failing (a refusal, the -timeout passing) is raised; a save the store cannot measure (a link
     inside it, a file that cannot be examined) is a Size of None, with why.  ``read``: what reading its
     manifest gave already (bytes, None, or the error), else (``_UNREAD``) it is read here."""
+    if read is _UNREAD:
+        from publish.rules import manifest
+
+        try:
+            read = store.read_manifest(dl, entry.name, manifest.MANIFEST_LIMIT)
+        except StoreError:
+            raise
+        except (Failure, OSError) as e:  # an unreadable manifest: the files say it instead
+            read = e
+    told = _by_manifest(store, entry.name, read)
+    if told is not None:
+        return told
+    return _by_files(_measured(dl, store, entry.path))
+
+
+def sizes_of(
+    dl: Deadline, store: Store, names: list[str], paths: list[str], read: dict[str, Any]
+) -> list[Size]:
+    """:func:`save_size` of each entry of ``names`` (its save at the same place of ``paths``, and there), in
+    their order, ``read`` holding what reading each one's manifest gave (``read_manifests``), the saves no
+    manifest measures measured at once (``save_sizes``: POSIX, each parent folder opened once).  The same
+    figures, the same sizes not known and the same error raised (the first entry's, in their order) as
+    save_size of each in turn."""
+    told: list[Size | StoreError | None] = []
+    for name in names:
+        got = read[name]
+        if got is None:  # no manifest: the files say it
+            told.append(None)
+            continue
+        try:
+            told.append(_by_manifest(store, name, got))
+        except StoreError as e:  # raised in its turn, after what the entries before it raise
+            told.append(e)
+    need = [path for path, size in zip(paths, told) if size is None]
+    measured = iter(store.save_sizes(dl, need) if need else ())  # type: ignore[attr-defined]
+    found = []
+    for size in told:
+        if size is None:
+            n = next(measured)
+            found.append(Size(n, "files") if type(n) is int else _by_files(n))
+        elif isinstance(size, StoreError):
+            raise size
+        else:
+            found.append(size)
+    return found
+
+
+def _by_manifest(store: Store, name: str, read: object) -> Size | None:
+    """What the manifest of the entry ``name`` says its save holds (``read``: its bytes, None, or the error reading
+    it raised), or None when the files must say it (none, or a damaged or unreadable one).  The store
+    failing is raised."""
     from publish.rules import manifest
 
-    where = store.location(f"{layout.MAN}/{entry.name}")
     try:
-        if read is _UNREAD:
-            data = store.read_manifest(dl, entry.name, manifest.MANIFEST_LIMIT)
-        elif isinstance(read, Exception):
+        if isinstance(read, Exception):
             raise read
-        else:
-            assert read is None or isinstance(read, bytes)
-            data = read
-        if data is not None:
-            rows = manifest.decode(entry.name, data, where)
+        assert read is None or isinstance(read, bytes)
+        if read is not None:
+            rows = manifest.decode(name, read, store.location(f"{layout.MAN}/{name}"))
             return Size(sum(size for _, size, _ in rows), "manifest")
     except StoreError:
         raise
     except (Failure, OSError):  # a damaged or unreadable manifest: the files say it instead
         pass
+    return None
+
+
+def _measured(dl: Deadline, store: Store, path: str) -> int | Exception:
+    """What the files of the save at ``path`` hold (``sizes``; a save that is one file, ``size``; else 0),
+    or the error asking raised."""
     try:
-        sizes = store.sizes(dl, entry.path)
+        sizes = store.sizes(dl, path)
         if sizes:
-            return Size(sum(sizes.values()), "files")
-        one = store.size(dl, entry.path)  # a save that is one file
-        return Size(one or 0, "files")
+            return sum(sizes.values())
+        return store.size(dl, path) or 0  # a save that is one file
+    except (Failure, OSError) as e:  # a StoreError too: raised by _by_files
+        return e
+
+
+def _by_files(measured: int | Exception) -> Size:
+    """The Size of what the files hold (``measured``: their bytes, or the error measuring them raised): the
+    store failing is raised; a save the store cannot measure is a Size of None, with why."""
+    try:
+        if isinstance(measured, Exception):
+            raise measured
+        return Size(measured, "files")
     except StoreError:
         raise
     except FileError as e:

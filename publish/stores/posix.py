@@ -98,6 +98,12 @@ class PosixStore:
     def sizes(self, dl: Deadline, path: str) -> dict[str, int]:
         return self._files.sizes(dl, path)
 
+    def save_sizes(self, dl: Deadline, paths: list[str]) -> list[int | PublishError]:
+        """What each save at ``paths`` holds, as ``sizes`` then ``size`` tell it, or the error they raise, each
+        parent folder opened once (not in the Store protocol: status asks if the store has it, as for
+        holds_all; publish.stores.posix_files)."""
+        return self._files.save_sizes(dl, paths)
+
     def newest(self, dl: Deadline, path: str) -> LastChange:
         return self._files.newest(dl, path)
 

@@ -8,7 +8,7 @@ import os
 import stat
 
 from publish.rules.deadline import Deadline
-from publish.rules.errors import Failure, FileError
+from publish.rules.errors import Failure, FileError, PublishError
 from publish.rules.files import fsops
 from publish.rules.redact import shown
 from publish.stores.posix_root import MARKER_FLAGS, RANGE_LIMIT, RootDirs, kind, why
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 #: The errors that leave a folder's age untold (it is left in place, with why), rather than failing the verb.
 _UNTOLD_ERRNOS = (errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ELOOP)
+_DIR_FLAGS = fsops.DIR_FLAGS
 
 
 def _is_dir(entry: os.DirEntry[str], unexamined: list[tuple[str, str]] | None) -> bool:
@@ -30,6 +31,19 @@ def _is_dir(entry: os.DirEntry[str], unexamined: list[tuple[str, str]] | None) -
         if unexamined is not None:
             unexamined.append((entry.name, why(e)))
         return False
+
+
+class _Listed:
+    """A folder's entries listed already, used where ``os.scandir`` of it would be."""
+
+    def __init__(self, entries: list[os.DirEntry[str]]) -> None:
+        self.entries = entries
+
+    def __enter__(self) -> list[os.DirEntry[str]]:
+        return self.entries
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 class PosixFiles:
@@ -121,20 +135,36 @@ class PosixFiles:
         if top is None:
             return {}
         found: dict[str, int] = {}
+        self._walk(top, path, found)
+        return found
+
+    def _walk(
+        self, top: int, path: str, found: dict[str, int] | None, listed: list[os.DirEntry[str]] | None = None
+    ) -> tuple[int, int]:
+        """The regular files below the folder ``top`` (a descriptor, closed here), the save at ``path``: how
+        many and what they hold, each put in ``found`` (by its path relative to the folder) when given;
+        ``listed``: what ``top`` holds, listed already.  A
+        walk that never follows a link, a loop (not recursion) with one descriptor at a time, so a deep tree
+        is fine; a link, a FIFO or any file that is not regular is a Failure naming it; an OSError a
+        FileError naming the save."""
+        files = held = 0
         pending = [""]
         try:
-            while pending:  # a loop, not recursion, and one descriptor at a time: a deep tree is fine
+            while pending:
                 below = pending.pop()
+                if below:
+                    try:
+                        fd = os.open(below, fsops.DIR_FLAGS, dir_fd=top)
+                    except (FileNotFoundError, NotADirectoryError):
+                        continue  # gone while we looked: not part of the save
+                    except OSError as e:
+                        if e.errno == errno.ELOOP:
+                            continue  # swapped for a link while we looked: never followed
+                        raise
+                else:
+                    fd = top
                 try:
-                    fd = os.open(below, fsops.DIR_FLAGS, dir_fd=top) if below else os.dup(top)
-                except (FileNotFoundError, NotADirectoryError):
-                    continue  # gone while we looked: not part of the save
-                except OSError as e:
-                    if e.errno == errno.ELOOP:
-                        continue  # swapped for a link while we looked: never followed
-                    raise
-                try:
-                    with os.scandir(fd) as it:
+                    with os.scandir(fd) if listed is None or below else _Listed(listed) as it:
                         for entry in it:
                             name = f"{below}/{entry.name}" if below else entry.name
                             if entry.is_dir(follow_symlinks=False):
@@ -144,14 +174,99 @@ class PosixFiles:
                             if not stat.S_ISREG(st.st_mode):  # a FIFO, a link: never read, never followed
                                 where = self._dirs.full(f"{path}/{name}")
                                 raise Failure(f"{where} is {kind(st.st_mode)}, not a regular file")
-                            found[name] = st.st_size
+                            files += 1
+                            held += st.st_size
+                            if found is not None:
+                                found[name] = st.st_size
                 finally:
-                    os.close(fd)
+                    if fd != top:
+                        os.close(fd)
         except OSError as e:
             raise FileError(self._dirs.full(path), e, op="list") from None
         finally:
             os.close(top)
+        return files, held
+
+    def save_sizes(self, dl: Deadline, paths: list[str]) -> list[int | PublishError]:
+        """What each save at ``paths`` holds, in their order, as ``sizes`` and then ``size`` tell it: the sum
+        of the files below a folder, the size of a save that is one regular file, else 0; or the error
+        measuring it alone raises (a Failure: a link or a FIFO inside it; a FileError: a folder that cannot
+        be read).  The root is opened once and each parent folder once (as open_dir finds it); each save is
+        opened in its parent's descriptor with ``O_NOFOLLOW``, so a folder is never reached through a path
+        checked earlier.  A save that is a link, or one whose parent or itself cannot be opened that way, is
+        measured as ``sizes`` and ``size`` measure it alone (a link to a folder followed, as there)."""
+        by_parent: dict[str, list[int]] = {}
+        for i, path in enumerate(paths):
+            by_parent.setdefault(path.rpartition("/")[0], []).append(i)
+        found: list[int | PublishError] = [0] * len(paths)
+        try:
+            root_fd = self._dirs.open_root()
+        except PublishError as e:  # the root gone meanwhile: what sizes says of each save then
+            return [e] * len(paths)
+        try:
+            for parent, indices in by_parent.items():
+                try:
+                    fd = self._dirs.open_dir(root_fd, parent) if parent else os.dup(root_fd)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # nothing there: 0, as sizes and size say of it
+                except (OSError, PublishError):
+                    for i in indices:
+                        found[i] = self._alone(dl, paths[i])
+                    continue
+                try:
+                    for i in indices:
+                        path = paths[i]
+                        name = path.rpartition("/")[2]
+                        try:
+                            top = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                        except OSError as e:
+                            found[i] = self._not_opened(dl, fd, path, name, e)
+                            continue
+                        try:
+                            with os.scandir(top) as it:
+                                listed: list[os.DirEntry[str]] | None = list(it)
+                        except OSError:
+                            listed = None  # the walk lists it again, and says why it cannot
+                        if listed == []:
+                            os.close(top)
+                            continue  # an empty folder holds 0 bytes, as size says of a folder
+                        try:
+                            found[i] = self._walk(top, path, None, listed)[1]
+                        except PublishError as e:
+                            found[i] = e
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(root_fd)
         return found
+
+    def _not_opened(self, dl: Deadline, parent: int, path: str, name: str, e: OSError) -> int | PublishError:
+        """What the save at ``path`` (``name`` in the descriptor ``parent``), which could not be opened as a
+        folder without following a link (``e``), holds: a file's size, nothing when it is gone, else what
+        ``sizes`` and ``size`` say of it alone (a link followed, as there; a folder that cannot be read)."""
+        if isinstance(e, FileNotFoundError):
+            return 0  # gone since it was seen: nothing there
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            return self._alone(dl, path)  # a folder that cannot be opened: its error, as sizes says it
+        try:
+            st = fsops.lstat_at(parent, name)
+        except OSError:
+            return self._alone(dl, path)
+        if st is None:
+            return 0
+        if stat.S_ISREG(st.st_mode):
+            return st.st_size  # a save that is one file
+        return self._alone(dl, path)  # a link (followed, as sizes follows it), a FIFO...
+
+    def _alone(self, dl: Deadline, path: str) -> int | PublishError:
+        """What the save at ``path`` holds as save_size asks it of one save: ``sizes``, then ``size``."""
+        try:
+            found = self.sizes(dl, path)
+            if found:
+                return sum(found.values())
+            return self.size(dl, path) or 0
+        except PublishError as e:
+            return e
 
     def newest(self, dl: Deadline, path: str) -> LastChange:
         """Walk down from the root's descriptor as remove_folder does (each element checked with ``lstat``,

@@ -609,17 +609,25 @@ def _exist(dl: Deadline, store: Store, listing: Listing) -> None:
 
 def measure(dl: Deadline, store: Store, listing: Listing) -> None:
     """What each save that exists holds (capacity.save_size), its manifests read CHUNK at a time where the
-    store reads many at once (POSIX: man/ opened once for each)."""
+    store reads many at once (POSIX: man/ opened once for each), and the saves no manifest measures
+    measured at once where the store can (POSIX: each parent folder opened once for each)."""
+    from publish.ops.capacity import sizes_of
     from publish.rules import manifest
 
     at_once = getattr(store, "read_manifests", None)
-    names, exists = listing.names, listing.exists
+    files_at_once = at_once is not None and getattr(store, "save_sizes", None) is not None
+    names, paths, exists = listing.names, listing.paths, listing.exists
     for start in range(0, max(len(names), 1), CHUNK):
         held = [i for i in range(start, min(start + CHUNK, len(names))) if exists[i]]
         read = {} if at_once is None else at_once(dl, [names[i] for i in held], manifest.MANIFEST_LIMIT)
+        if files_at_once:
+            sizes = sizes_of(dl, store, [names[i] for i in held], [paths[i] for i in held], read)
+            for i, size in zip(held, sizes):
+                listing.set_size(i, size)
+            continue
         for i in held:
             name = names[i]
-            entry = layout.Entry(int(name[:20]), int(name[21:41]), listing.paths[i], name)
+            entry = layout.Entry(int(name[:20]), int(name[21:41]), paths[i], name)
             if name in read:
                 listing.set_size(i, save_size(dl, store, entry, read[name]))
             else:

@@ -313,3 +313,110 @@ def test_a_posix_root_is_not_a_destination_of_uploads(root: Path) -> None:
     with pytest.raises(Failure) as e:
         store.sender(fork=True)
     assert str(e.value) == f"{root}: a POSIX root is not a mirror: nothing is uploaded into it"
+
+
+# -- what saves hold, many at once (status): the same figures and the same errors as one at a time
+
+
+def alone(store: PosixStore, path: str) -> int | str:
+    """What one save holds as status measured it before: ``sizes``, then ``size``; an error as its class
+    and message."""
+    try:
+        found = store.sizes(UNBOUNDED, path)
+        return sum(found.values()) if found else store.size(UNBOUNDED, path) or 0
+    except (Failure, OSError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def at_once(store: PosixStore, paths: list[str]) -> list[int | str]:
+    return [
+        n if isinstance(n, int) else f"{type(n).__name__}: {n}" for n in store.save_sizes(UNBOUNDED, paths)
+    ]
+
+
+def every_kind_of_save(root: Path, tmp_path: Path) -> list[str]:
+    """Saves of every kind a root may hold, and their paths."""
+
+    def files(folder: str, sizes: dict[str, int]) -> None:
+        for rel, size in sizes.items():
+            (root / folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / folder / rel).write_bytes(b"w" * size)
+
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "a").write_bytes(b"a" * 123)
+    (outside / "sub" / "b").write_bytes(b"b" * 45)
+    files("exec/A/nested", {"a": 10, "d1/b": 20, "d1/d2/c": 30, "d1/d2/d3/d4/e": 40, "z/.keep": 0})
+    (root / "exec/A/nested/emptydir/deeper").mkdir(parents=True)
+    files("exec/A/deep" + "/d" * 40, {"f": 5})
+    (root / "exec/A/empty").mkdir(parents=True)
+    (root / "exec/A/only-folders/x/y").mkdir(parents=True)
+    files("exec/A", {"one.pt": 2048, "zero.pt": 0})
+    (root / "exec/A/link-dir").symlink_to(outside)
+    (root / "exec/A/link-file").symlink_to(outside / "a")
+    (root / "exec/A/dangling").symlink_to(outside / "nothing")
+    os.mkfifo(root / "exec/A/fifo")
+    files("exec/A/has-link", {"ok": 3})
+    (root / "exec/A/has-link/in").symlink_to("/etc/passwd")
+    files("exec/A/has-fifo/in", {"ok": 3})
+    os.mkfifo(root / "exec/A/has-fifo/in/fifo")
+    files("exec/B/real", {"r": 11})
+    (root / "exec/Blink").symlink_to("B")
+    files("exec", {"not-a-folder": 1})
+    files("top", {"t": 12})
+    files("saves/x/y", {"t": 13})
+    files("exec/-a\nä/-x\nsave é", {"f\nn": 14})
+    return [
+        "exec/A/nested", "exec/A/deep", "exec/A/empty", "exec/A/only-folders", "exec/A/one.pt",
+        "exec/A/zero.pt", "exec/A/link-dir", "exec/A/link-file", "exec/A/dangling", "exec/A/fifo",
+        "exec/A/has-link", "exec/A/has-fifo", "exec/A/gone", "exec/GONE/gone", "exec/not-a-folder/save",
+        "exec/B/real", "exec/Blink/real", "top", "saves/x/y", "exec/-a\nä/-x\nsave é",
+    ]  # fmt: skip
+
+
+def test_saves_measured_at_once_hold_what_each_holds_alone(
+    store: PosixStore, root: Path, tmp_path: Path
+) -> None:
+    """A folder's files however nested, a save that is one file, a link to a folder (followed, as the
+    frameworks follow it) or to a file, a save gone, one holding a link or a FIFO (the error naming it):
+    measured at once, each in its place, exactly as one at a time."""
+    paths = every_kind_of_save(root, tmp_path)
+    expected = [alone(store, p) for p in paths]
+    assert at_once(store, paths) == expected
+    assert at_once(store, paths[::-1]) == expected[::-1]
+    assert expected[:6] == [100, 5, 0, 0, 2048, 0]
+    assert expected[6:10] == [168, 0, 0, 0]
+    assert "has-link/in is a symbolic link, not a regular file" in str(expected[10])
+    assert "has-fifo/in/fifo is a FIFO, not a regular file" in str(expected[11])
+    assert expected[12:] == [0, 0, 0, 11, 11, 12, 13, 14]
+
+
+def test_a_save_that_cannot_be_opened_is_its_error_in_its_place(
+    store: PosixStore, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save folder (or a folder inside it) the process may not open: the same FileError as alone, for it
+    only; the saves beside it measured."""
+    paths = every_kind_of_save(root, tmp_path)
+    (root / "exec/A/locked/in").mkdir(parents=True)
+    (root / "exec/A/inner-locked/in").mkdir(parents=True)
+    real = posix.open
+
+    def refusing(path: str, *args: object, **kwargs: object) -> int:
+        last, dir_fd = path.rpartition("/")[2], kwargs.get("dir_fd")
+        inside = isinstance(dir_fd, int) and os.readlink(f"/proc/self/fd/{dir_fd}").endswith("/inner-locked")
+        if last == "locked" or (last == "in" and inside):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(posix, "open", refusing)
+    monkeypatch.setattr(os, "open", refusing)
+    paths = ["exec/A/locked", "exec/A/inner-locked", *paths]
+    expected = [alone(store, p) for p in paths]
+    assert expected[0] == f"FileError: {root}/exec/A/locked: Permission denied"
+    assert expected[1] == f"FileError: {root}/exec/A/inner-locked: Permission denied"
+    assert at_once(store, paths) == expected
+
+
+def test_the_root_gone_is_each_saves_error(tmp_path: Path) -> None:
+    store = PosixStore(str(tmp_path / "gone"))
+    assert at_once(store, ["exec/A/x", "exec/A/y"]) == [alone(store, "exec/A/x")] * 2

@@ -447,3 +447,41 @@ def test_mirror_keep_bytes_caps_the_mirror(weed: Weed, tmp_path: Path) -> None:
     assert r.code == 0, r
     assert "over -mirror-keep-bytes 1: kept" in r.err, r.err
     assert [layout.parse(e).step for e in mirror.entries()] == [3]
+
+
+def test_sizes_measured_at_once_fail_as_one_at_a_time_would() -> None:
+    """Status measures the saves of many publications at once (POSIX): of two faults, the one of the newer
+    publication is said, as when each was measured in turn; a save the store cannot measure is said as not
+    known, not a failure."""
+    import errno
+
+    from publish.ops.capacity import sizes_of
+    from publish.rules.deadline import UNBOUNDED
+    from publish.rules.errors import Failure, FileError, StoreError
+
+    unreadable = FileError("/r/exec/A/s1", PermissionError(errno.EACCES, "Permission denied"), op="open")
+
+    class Store:
+        def location(self, path: str) -> str:
+            return f"/r/{path}"
+
+        def save_sizes(self, dl: object, paths: list[str]) -> list[object]:
+            faults = {
+                "exec/A/s1": unreadable,
+                "exec/A/s3": Failure("/r/exec/A/s3/x is a FIFO, not a regular file"),
+            }
+            return [faults.get(p, 7) for p in paths]
+
+    down = StoreError("man/ went away", op="read")
+    names, paths = ["n1", "n2", "n3"], ["exec/A/s1", "exec/A/s2", "exec/A/s3"]
+    with pytest.raises(FileError) as raised:
+        sizes_of(UNBOUNDED, Store(), names, paths, {"n1": None, "n2": down, "n3": None})  # type: ignore[arg-type]
+    assert raised.value is unreadable
+    with pytest.raises(StoreError) as failed:
+        sizes_of(UNBOUNDED, Store(), names[1:], paths[1:], {"n2": down, "n3": None})  # type: ignore[arg-type]
+    assert failed.value is down
+    sizes = sizes_of(UNBOUNDED, Store(), names[1:], paths[1:], {"n2": None, "n3": None})  # type: ignore[arg-type]
+    assert [(s.bytes, s.source, s.why) for s in sizes] == [
+        (7, "files", ""),
+        (None, "", "/r/exec/A/s3/x is a FIFO, not a regular file"),
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import posix
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,26 @@ def test_the_text_holds_a_few_hundred_bytes_a_publication(
     make_root(large, 5000)
     grown = traced_peak(large) - traced_peak(small)
     assert grown < 500 * 4000, grown
+
+
+def test_sizes_without_manifests_cost_one_open_a_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32, status's sizes: publications made before manifests are measured by their files, each save
+    opened once in its attempt's folder (six opens and seven closes each before), and each line still says
+    what its files hold."""
+    small, large = tmp_path / "small", tmp_path / "large"
+    make_root(small, 10)
+    paths = make_root(large, 200)
+    for root in (small, large):
+        shutil.rmtree(root / "man")
+        (root / "exec/A/checkpoint-1/w").write_bytes(b"w" * 1500)
+        (root / "exec/A/checkpoint-1/in/deeper").mkdir(parents=True)
+        (root / "exec/A/checkpoint-1/in/deeper/x").write_bytes(b"x" * 20)
+    opened_small, _, _ = run_status(small, monkeypatch)
+    opened_large, _, out = run_status(large, monkeypatch)
+    assert opened_large - opened_small <= 190 + 10
+    pubs = [line for line in out.splitlines() if line.startswith("  epoch 0 step ")]
+    assert len(pubs) == len(paths)
+    assert pubs[-1] == f"  epoch 0 step 1 {large}/exec/A/checkpoint-1 (exists), 1.52 kB by its files"
+    assert all(line.endswith("(exists), 0 B by its files") for line in pubs[1:-1])
