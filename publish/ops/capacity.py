@@ -156,35 +156,6 @@ def space(store: Store) -> dict[str, int] | None:
 # -- status
 
 
-def measure(dl: Deadline, store: Store, publications: list[dict[str, Any]]) -> dict[str, Size]:
-    """Add ``bytes``, ``bytes_from`` and ``bytes_error`` to each of status's ``publications`` (null for a
-    save that is gone); the sizes by entry name, for the prune plan's -keep-bytes."""
-    found: dict[str, Size] = {}
-    at_once = getattr(store, "read_manifests", None)  # POSIX: man/ opened once for every manifest
-    read: dict[str, object] = {}
-    if at_once is not None:
-        from publish.rules import manifest
-
-        read = at_once(dl, [p["entry"] for p in publications if p["exists"]], manifest.MANIFEST_LIMIT)
-    for p in publications:
-        size = Size(None, "")
-        if p["exists"]:
-            entry = layout.parse(p["entry"])
-            size = found[p["entry"]] = save_size(dl, store, entry, read.get(p["entry"], _UNREAD))
-        p["bytes"] = size.bytes
-        p["bytes_from"] = size.source or None
-        p["bytes_error"] = size.why or None
-    return found
-
-
-def summary(store: Store, publications: list[dict[str, Any]]) -> dict[str, Any]:
-    """status's top-level ``bytes`` (what the publications' saves hold in all) and ``space``."""
-    return {
-        "bytes": sum(p["bytes"] or 0 for p in publications),
-        "space": space(store),
-    }
-
-
 def size_note(p: dict[str, Any]) -> str:
     """What a publication's text line ends with, after ``(exists)``: ``, 12.4 GB`` (``by its files`` when no
     manifest said it), ``, size not known: <why>``, or ``""`` for a save that is gone."""
