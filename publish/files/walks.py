@@ -1,7 +1,7 @@
 """Walks through a tree relative to descriptors that never follow a symbolic link: pure os, no policy.
 
 Entering a directory as its ``lstat`` described it, removing a tree (no recursion, a bounded number of
-descriptors), and a tree's newest change. Every name is looked up in a directory already open, as in
+descriptors), a tree's newest change, and the removal of a small tree as that walk saw it. Every name is looked up in a directory already open, as in
 :mod:`publish.files.fsops`, whose flags and ``lstat`` these walks use.
 """
 
