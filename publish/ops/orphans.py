@@ -18,7 +18,7 @@ from publish.rules.redact import shown
 
 TYPE_CHECKING = False  # typing costs start-up time; mypy reads this block, the interpreter skips it
 if TYPE_CHECKING:
-    from publish.stores.base import Store, Upload
+    from publish.stores.base import LastChange, Store, Upload
 
 #: -orphans-age's default: an hour, so a live dispatch on another node, or a zombie, is never touched.
 AGE = 3600.0
@@ -75,13 +75,16 @@ def find(
                 latest[where] = max(latest.get(where, upload.at), upload.at)
     skip = set(planned)
     unexamined: list[tuple[str, str]] = []
+    candidates: list[str] = []  # to date, in order: each run dated at once, before the next read
     for attempt in sorted(store.list_folders(dl, EXEC, unexamined)):
         if attempt == orphans.attempt:
             continue
         top = f"{EXEC}/{attempt}"
         if not kept.related(top):
-            _consider(dl, store, top, cutoff, latest, skip, found)
+            candidates.append(top)
             continue
+        _consider(dl, store, candidates, cutoff, latest, skip, found)
+        candidates = []
         try:
             folders, files = store.children(dl, top)
         except FileError as e:
@@ -92,7 +95,8 @@ def find(
         for name in sorted(set(folders) | set(files)):
             path = f"{top}/{name}"
             if not kept.related(path):
-                _consider(dl, store, path, cutoff, latest, skip, found)
+                candidates.append(path)
+    _consider(dl, store, candidates, cutoff, latest, skip, found)
     for name, why in sorted(unexamined):
         if name != orphans.attempt:
             found.left.append((f"{EXEC}/{name}", f"it cannot be examined: {why}"))
@@ -108,28 +112,52 @@ def find(
 def _consider(
     dl: Deadline,
     store: Store,
-    path: str,
+    paths: list[str],
     cutoff: float,
     latest: dict[str, float],
     skip: set[str],
     found: Found,
 ) -> None:
-    """Add ``path`` to what goes when nothing in it changed after ``cutoff``, or to what is left with why."""
-    if _within(path, skip) or layout.reserved(path):  # reserved: never below exec/, said for the reader
-        return
-    if not layout.clean_relative(path):  # an S3 key with an empty, . or .. element: no tombstone can name it
-        found.left.append((path, "an empty, . or .. element in its path cannot be recorded in tomb/"))
-        return
-    try:
-        change = store.newest(dl, path)
-    except StoreError as e:
-        if not isinstance(e, FileError) or not e.unexaminable:
-            raise
-        found.left.append((path, f"its age cannot be told: {e}"))
-        return
-    if change.link:
-        found.left.append((path, f"{shown(store.location(change.link))} is a symbolic link"))
-    elif change.why:
-        found.left.append((path, change.why))
-    elif change.at is not None and max(change.at, latest.get(path, change.at)) <= cutoff:
-        found.folders.append(path)
+    """Add each of ``paths``, in their order, to what goes when nothing in it changed after ``cutoff``, or to
+    what is left with why."""
+    todo = []  # each path looked at, and whether its age is to be told
+    for path in paths:
+        # reserved: never below exec/, said for the reader
+        if (skip and _within(path, skip)) or layout.reserved(path):
+            continue
+        todo.append((path, layout.clean_relative(path)))  # not: an S3 key with an empty, . or .. element
+    changes = iter(_ages(dl, store, [path for path, clean in todo if clean]))
+    for path, clean in todo:
+        if not clean:  # no tombstone can name it
+            found.left.append((path, "an empty, . or .. element in its path cannot be recorded in tomb/"))
+            continue
+        change = next(changes)
+        if isinstance(change, FileError):
+            found.left.append((path, f"its age cannot be told: {change}"))
+        elif change.link:
+            found.left.append((path, f"{shown(store.location(change.link))} is a symbolic link"))
+        elif change.why:
+            found.left.append((path, change.why))
+        elif change.at is not None and max(change.at, latest.get(path, change.at)) <= cutoff:
+            found.folders.append(path)
+
+
+def _ages(dl: Deadline, store: Store, paths: list[str]) -> list[LastChange | FileError]:
+    """Store.newest of each of ``paths``, in their order, or the FileError saying it cannot be examined.  At
+    once where the store can (POSIX: the walk down to exec/ made once)."""
+    at_once = getattr(store, "newest_all", None)
+    if at_once is not None and paths:
+        try:
+            return list(at_once(dl, paths))
+        except FileError as e:
+            if not e.unexaminable:
+                raise  # else one at a time, each told apart
+    ages: list[LastChange | FileError] = []
+    for path in paths:
+        try:
+            ages.append(store.newest(dl, path))
+        except StoreError as e:
+            if not isinstance(e, FileError) or not e.unexaminable:
+                raise
+            ages.append(e)
+    return ages

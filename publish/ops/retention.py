@@ -300,15 +300,15 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
                 say.warn(line)
         return 0
     count = 0
-    store.create_tombs(
-        dl, [layout.tomb_name(f) for f in sched.folders + sched.orphans if f not in sched.recorded]
-    )
+    fresh = [f for f in sched.folders + sched.orphans if f not in sched.recorded]
+    tombs = [layout.tomb_name(f) for f in fresh]
+    store.create_tombs(dl, tombs)
+    tomb_of = dict(zip(fresh, tombs))  # each name computed once
     if sched.gone:
         # Entries first: a crash never leaves one naming a missing save, nor one without its manifest.
         store.remove_entries(dl, [e.name for e in sched.gone])
         store.remove_manifests(dl, [e.name for e in sched.gone])
     store.remove_tombs(dl, [layout.tomb_name(f) for f in sched.stale])
-    fresh = [f for f in sched.folders + sched.orphans if f not in sched.recorded]
     if sched.gone or fresh:  # pub/ read again, after this prune's marks: its tombstones, its removals
         now = layout.parse_all(store.list_entries(dl), store.location(PUB))
         _named_since(dl, store, say, sched, now)
@@ -331,7 +331,7 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
             elif result.removed:
                 say.out(f"removed {shown(store.location(folder))}")
                 count += 1
-            finished.append(layout.tomb_name(folder))
+            finished.append(tomb_of.get(folder) or layout.tomb_name(folder))
             if len(finished) >= TOMB_BATCH:
                 store.remove_tombs(dl, finished)
                 finished = []

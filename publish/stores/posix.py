@@ -105,7 +105,12 @@ class PosixStore:
         return self._files.save_sizes(dl, paths)
 
     def newest(self, dl: Deadline, path: str) -> LastChange:
-        return self._files.newest(dl, path)
+        return self._files.newest_all(dl, [path])[0]
+
+    def newest_all(self, dl: Deadline, paths: list[str]) -> list[LastChange]:
+        """:meth:`newest` of each of ``paths``, in their order (not in the Store protocol: -orphans asks if the
+        store has it, as status does for holds_all)."""
+        return self._files.newest_all(dl, paths)
 
     def size(self, dl: Deadline, path: str) -> int | None:
         return self._files.size(dl, path)
@@ -201,7 +206,8 @@ class PosixStore:
         return False
 
     def remove_folder(self, dl: Deadline, path: str) -> Removal:
-        return self._writes.remove_folder(dl, path)
+        seen = self._files_part.seen.pop(path, None) if self._files_part is not None else None
+        return self._writes.remove_folder(dl, path, seen)  # as newest saw it, when it did
 
     def list_tombs(self, dl: Deadline) -> list[str]:
         return self._writes.list_tombs(dl)

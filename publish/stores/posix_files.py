@@ -46,11 +46,19 @@ class _Listed:
         pass
 
 
+#: The most files and folders of the folders newest looked at that a store keeps a record of, in all.
+SEEN = 200_000
+
+
 class PosixFiles:
     """Files and folders below the root: never a FIFO waited on, never a link followed where it matters."""
 
     def __init__(self, dirs: RootDirs) -> None:
         self._dirs = dirs
+        # What newest saw of small folders (walks.newest_tree), by path, for remove_folder to remove one as
+        # seen, without listing it again: SEEN files and folders at most in all.
+        self.seen: dict[str, dict[str, tuple[os.stat_result, list[str], list[str]]]] = {}
+        self._seen_left = SEEN
 
     def list_folders(
         self, dl: Deadline, path: str, unexamined: list[tuple[str, str]] | None = None
@@ -268,17 +276,67 @@ class PosixFiles:
         except PublishError as e:
             return e
 
-    def newest(self, dl: Deadline, path: str) -> LastChange:
-        """Walk down from the root's descriptor as remove_folder does (each element checked with ``lstat``,
-        opened with ``O_NOFOLLOW`` and compared), then through the folder with :func:`walks.newest_tree`."""
+    def newest_all(self, dl: Deadline, paths: list[str]) -> list[LastChange]:
+        """When anything last changed at each of ``paths``, in their order, as Store.newest tells: a walk down
+        from the root's descriptor as remove_folder's (each element checked with ``lstat``, opened with
+        ``O_NOFOLLOW`` and compared), then through the folder with :func:`walks.newest_tree`.  The root is
+        opened once, and the walk down to a folder kept for the paths that follow, as far as they lie in it.
+        What the walk saw of a small folder whose time it told is kept in ``seen``."""
+        fds = [self._dirs.open_root()]  # the root, then the elements of parent, entered
+        parent: list[str] | None = None
+        told: LastChange | None = None  # what the walk to parent ended in, when it did not reach it
+        found: list[LastChange] = []
+        try:
+            for path in paths:
+                parts = path.split("/")
+                if parts[:-1] != parent:
+                    keep = 0  # the elements of parent entered that this path's folder lies in too
+                    while keep < min(len(fds) - 1, len(parts) - 1) and parent and parent[keep] == parts[keep]:
+                        keep += 1
+                    for fd in fds[1 + keep :]:
+                        os.close(fd)
+                    del fds[1 + keep :]
+                    parent = parts[:-1]
+                    told = self._walk_down(fds, parts, len(parts) - 1, None)
+                if told is not None:
+                    found.append(told)
+                    continue
+                seen: dict[str, tuple[os.stat_result, list[str], list[str]]] | None = (
+                    {} if self._seen_left > 0 else None
+                )
+                held = len(fds)
+                try:
+                    change = self._walk_down(fds, parts, len(parts), seen)
+                finally:
+                    for fd in fds[held:]:
+                        os.close(fd)
+                    del fds[held:]
+                assert change is not None
+                if seen and change.at is not None and change.at < float("inf"):  # inf: seen changing
+                    self.seen[path] = seen
+                    self._seen_left -= sum(1 + len(files) for _, files, _ in seen.values())
+                found.append(change)
+            return found
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _walk_down(
+        self,
+        fds: list[int],
+        parts: list[str],
+        stop: int,
+        seen: dict[str, tuple[os.stat_result, list[str], list[str]]] | None,
+    ) -> LastChange | None:
+        """The walk of newest from ``fds`` (the root, then the elements of ``parts`` it entered, appended) down
+        to element ``stop``: None on reaching it short of the last, else what newest answers."""
         from publish.rules.files import walks  # here: only -orphans asks how old a folder is
         from publish.stores.base import LastChange
 
-        parts = path.split("/")
-        fds = [self._dirs.open_root()]
         rel = ""
         try:
-            for i, part in enumerate(parts):
+            for i in range(len(fds) - 1, stop):
+                part = parts[i]
                 rel = "/".join(parts[: i + 1])
                 st = fsops.lstat_at(fds[-1], part)
                 if st is None:
@@ -295,7 +353,9 @@ class PosixFiles:
                 if isinstance(entered, str):
                     return LastChange(walks.CHANGING)
                 fds.append(entered)
-            return LastChange(walks.newest_tree(fds[-1]))
+            if stop < len(parts):
+                return None
+            return LastChange(walks.newest_tree(fds[-1], walks.NEWEST_ENTRIES, walks.NEWEST_DEPTH, seen))
         except walks.Untold as e:
             return LastChange(None, why=f"its age cannot be told: {e}")
         except OSError as e:
@@ -304,9 +364,6 @@ class PosixFiles:
             if e.errno in _UNTOLD_ERRNOS:
                 return LastChange(None, why=f"its age cannot be told: {shown(where)}: {why(e)}")
             raise FileError(shown(where), e, op="stat") from None
-        finally:
-            for fd in fds:
-                os.close(fd)
 
     def size(self, dl: Deadline, path: str) -> int | None:
         st = self._dirs.lstat(path)

@@ -144,16 +144,23 @@ class PosixWrites:
         if names:
             self._sync(fd, self._dirs.full(where))
 
-    def remove_folder(self, dl: Deadline, path: str) -> Removal:
+    def remove_folder(
+        self,
+        dl: Deadline,
+        path: str,
+        seen: dict[str, tuple[os.stat_result, list[str], list[str]]] | None = None,
+    ) -> Removal:
         """Walk down from the root's descriptor, each element checked (``lstat``) then opened with
-        ``O_NOFOLLOW`` and compared (``fstat``), and remove the last relative to its parent's descriptor."""
+        ``O_NOFOLLOW`` and compared (``fstat``), and remove the last relative to its parent's descriptor:
+        as ``seen`` records it (:func:`walks.remove_seen`) when that is the folder there, else (and for
+        whatever that left) listing it as it goes (:func:`walks.remove_tree`)."""
         parts = path.split("/")
         fds = [self._dirs.open_root()]
         try:
             for i, part in enumerate(parts):
                 rel = "/".join(parts[: i + 1])
                 try:
-                    result = self._remove_step(fds, part, rel, last=i == len(parts) - 1)
+                    result = self._remove_step(fds, part, rel, i == len(parts) - 1, seen)
                 except walks.Changed as e:
                     where = self._dirs.full(rel + ("/" + e.filename if e.filename else ""))
                     raise Failure(f"{where}: could not remove: {e.strerror}") from None
@@ -169,11 +176,20 @@ class PosixWrites:
             for fd in fds:
                 os.close(fd)
 
-    def _remove_step(self, fds: list[int], part: str, rel: str, last: bool) -> Removal | None:
+    def _remove_step(
+        self,
+        fds: list[int],
+        part: str,
+        rel: str,
+        last: bool,
+        seen: dict[str, tuple[os.stat_result, list[str], list[str]]] | None = None,
+    ) -> Removal | None:
         """One element of remove_folder's walk: the Removal when the walk ends here, else None (the element's
         descriptor is appended to ``fds``)."""
         from publish.stores.base import Removal  # prune's alone: a resolve needs none of base's types
 
+        if last and seen and walks.remove_seen(fds[-1], part, seen):
+            return Removal(True)  # else as below, from the lstat: a link, gone, swapped, or what is left
         st = fsops.lstat_at(fds[-1], part)
         if st is None:
             return Removal(False)

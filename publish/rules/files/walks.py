@@ -1,7 +1,7 @@
 """Walks through a tree relative to descriptors that never follow a symbolic link: pure os, no policy.
 
 Entering a directory as its ``lstat`` described it, removing a tree (no recursion, a bounded number of
-descriptors), and a tree's newest change. Every name is looked up in a directory already open, as in
+descriptors), a tree's newest change, and the removal of a small tree as that walk saw it. Every name is looked up in a directory already open, as in
 :mod:`publish.rules.files.fsops`, whose flags and ``lstat`` these walks use.
 """
 
@@ -222,24 +222,41 @@ def changed_at(st: os.stat_result) -> float:
     return max(st.st_mtime, st.st_ctime)
 
 
-def newest_tree(top: int, entries: int = NEWEST_ENTRIES, depth: int = NEWEST_DEPTH) -> float:
+#: The most entries below a folder that :func:`newest_tree` records for :func:`remove_seen` (and at most
+#: _WINDOW levels): a larger tree is not recorded, and its removal lists it again.
+SEEN_ENTRIES = 64
+
+
+def newest_tree(
+    top: int,
+    entries: int = NEWEST_ENTRIES,
+    depth: int = NEWEST_DEPTH,
+    seen: dict[str, tuple[os.stat_result, list[str], list[str]]] | None = None,
+) -> float:
     """The newest :func:`changed_at` of the directory ``top`` (a descriptor, left open) and of everything below
     it, never following a link (a link counts by its own ``lstat``); CHANGING when an entry vanished or was
     swapped while the walk ran.  :class:`Untold` past ``entries`` entries or ``depth`` levels; an OSError
-    carries the path (relative to ``top``) it met."""
-    newest = changed_at(os.fstat(top))
-    seen = 0
+    carries the path (relative to ``top``) it met.
+
+    ``seen``: filled with what the walk saw, when the tree holds at most SEEN_ENTRIES entries in at most
+    _WINDOW levels (else left empty): per folder, by its path relative to ``top`` (``""``: ``top``), its
+    ``lstat`` (``top``'s ``fstat``), the names in it of what is not a folder, and of its folders.  Only
+    what a walk that returned a finite time filled is the tree as it was."""
+    here = os.fstat(top)
+    newest = changed_at(here)
+    count = 0
     # (descriptor, its path relative to top, its subdirectories not yet entered, each with its lstat)
     stack: list[tuple[int, str, list[tuple[str, os.stat_result]]]] = []
-    fd, where = os.dup(top), ""
+    fd, where = top, ""  # top is the caller's: never closed here
     try:
         while True:
             subdirs: list[tuple[str, os.stat_result]] = []
+            others: list[str] = []
             try:
                 with os.scandir(fd) as it:
                     for entry in it:
-                        seen += 1
-                        if seen > entries:
+                        count += 1
+                        if count > entries:
                             raise Untold(f"more than {entries} files and folders below it")
                         try:
                             st = entry.stat(follow_symlinks=False)
@@ -248,29 +265,107 @@ def newest_tree(top: int, entries: int = NEWEST_ENTRIES, depth: int = NEWEST_DEP
                         newest = max(newest, changed_at(st))
                         if stat.S_ISDIR(st.st_mode):
                             subdirs.append((entry.name, st))
+                        else:
+                            others.append(entry.name)
             except OSError as e:
                 raise OSError(e.errno, e.strerror, where) from None
+            if seen is not None:
+                if count > SEEN_ENTRIES or len(stack) >= _WINDOW:
+                    seen.clear()
+                    seen = None
+                else:
+                    seen[where] = (here, others, [name for name, _ in subdirs])
             stack.append((fd, where, subdirs))
             fd = -1
             while stack and not stack[-1][2]:
                 done, _, _ = stack.pop()
-                os.close(done)
+                if done != top:
+                    os.close(done)
             if not stack:
                 return newest
             parent, parent_where, pending = stack[-1]
-            name, st = pending.pop()
+            name, here = pending.pop()
             where = f"{parent_where}/{name}" if parent_where else name
             if len(stack) >= depth:
                 raise Untold(f"more than {depth} levels of folders below it")
             try:
-                entered = enter(parent, name, st)
+                entered = enter(parent, name, here)
             except OSError as e:
                 raise OSError(e.errno, e.strerror, where) from None
             if isinstance(entered, str):
                 return CHANGING  # gone, a link now, or another directory: it changed under the walk
             fd = entered
     finally:
-        if fd >= 0:
+        if fd >= 0 and fd != top:
             os.close(fd)
         for held, _, _ in stack:
+            if held != top:
+                os.close(held)
+
+
+def remove_seen(dir_fd: int, name: str, seen: dict[str, tuple[os.stat_result, list[str], list[str]]]) -> bool:
+    """Remove the directory ``name`` in ``dir_fd`` as :func:`newest_tree` saw it (``seen``), without listing it
+    again: ``name`` and each folder seen in it entered as :func:`enter` does (opened with ``O_NOFOLLOW`` and
+    compared with what the walk saw), each file seen unlinked, each folder removed once emptied, relative to
+    its parent's descriptor; a folder seen empty is removed with ``rmdir`` alone (which removes only an empty
+    directory, never through a link).  True when ``name`` is gone; False as soon as anything is not as seen
+    (another folder, a link, something added or gone, any error), what is left being the caller's to look
+    at and remove as :func:`remove_tree` does."""
+    try:
+        top = enter(dir_fd, name, seen[""][0])
+    except (OSError, KeyError):
+        return False
+    if isinstance(top, str):
+        return False
+    # (descriptor, its path relative to name, its name in its parent, the folders in it still to remove)
+    stack = [(top, "", name, list(seen[""][2]))]
+    try:
+        for file in seen[""][1]:
+            _unlink_seen(top, file)
+        while stack:
+            fd, where, _, pending = stack[-1]
+            if pending:
+                child = pending.pop()
+                rel = f"{where}/{child}" if where else child
+                st, files, folders = seen[rel]
+                if not files and not folders:
+                    _rmdir_seen(fd, child)
+                    continue
+                entered = enter(fd, child, st)
+                if isinstance(entered, str):
+                    return False
+                stack.append((entered, rel, child, list(folders)))
+                for file in files:
+                    _unlink_seen(entered, file)
+                continue
+            _, _, own, _ = stack.pop()
+            os.close(fd)
+            if stack:
+                _rmdir_seen(stack[-1][0], own)
+        os.rmdir(name, dir_fd=dir_fd)  # gone meanwhile: remove_tree tells
+        return True
+    except OSError:
+        return False
+    finally:
+        for held, _, _, _ in stack:
             os.close(held)
+
+
+def _unlink_seen(fd: int, name: str) -> bool:
+    """Unlink what is not a folder, seen as ``name`` in ``fd``: False when it is gone already; OSError when it
+    is a folder now."""
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _rmdir_seen(fd: int, name: str) -> bool:
+    """Remove the empty folder ``name`` in ``fd``: False when it is gone already; OSError when it is not empty,
+    or not a folder, now."""
+    try:
+        os.rmdir(name, dir_fd=fd)
+    except FileNotFoundError:
+        return False
+    return True
