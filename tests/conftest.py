@@ -206,6 +206,18 @@ class Watch(Lines):
         except queue.Empty:
             return True
 
+    def trapping(self, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+        """Wait until the watch catches ``sig`` (its handler set: Linux's SigCgt), so that a signal sent now
+        stops it as a stop signal, not as the default action on a process still starting."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+            if caught >> (sig - 1) & 1:
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"watch {self.proc.pid} set no handler for signal {sig} within {timeout} s")
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> tuple[int, str]:
         self.proc.send_signal(sig)
         return self.finish(timeout)

@@ -440,7 +440,8 @@ def _engine(steps: int, *runs: str, log: Path) -> subprocess.Popen[bytes]:
     _have_deepspeed()
     with open(log, "wb") as f:
         return subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1"]
+            + ["--nproc_per_node", "2"]
             + ["-m", "tests.support.deepspeed_writer", str(steps), *runs],
             cwd=REPO,
             stdout=f,

@@ -46,7 +46,16 @@ def real_saves(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         log = base / f"{kind}.log"
         with open(log, "wb") as f:
             proc = subprocess.run(
-                [sys.executable, "-W", "ignore", "-m", "torch.distributed.run", "--standalone"]
+                [
+                    sys.executable,
+                    "-W",
+                    "ignore",
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--local-addr",
+                    "127.0.0.1",
+                ]
                 + [
                     "--nproc_per_node",
                     "2",

@@ -28,7 +28,8 @@ def _trainer(out: Path, log: Path) -> subprocess.Popen[bytes]:
         need(False, "transformers and accelerate are not installed (pip install '.[test]')")
     with open(log, "wb") as f:
         return subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1"]
+            + ["--nproc_per_node", "2"]
             + ["-m", "tests.support.hf_ddp_writer", str(out), str(STEPS), "0.3"],
             cwd=REPO,
             stdout=f,

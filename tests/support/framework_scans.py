@@ -67,6 +67,8 @@ def writer(out: Path, form: str, steps: int, *extra: str) -> None:
                 "-m",
                 "torch.distributed.run",
                 "--standalone",
+                "--local-addr",
+                "127.0.0.1",
                 "--nproc_per_node",
                 "2",
             ]
