@@ -30,6 +30,7 @@ from tests.conftest import REPO, Watch, need
 from tests.support import dcp_bombs
 from tests.support import deepspeed_saves as ds
 from tests.support.dcp_shapes import Raw
+from tests.support.framework_scans import torchrun
 from tests.support.servers import S3Server
 
 DS = FRAMEWORKS["deepspeed"]
@@ -440,9 +441,7 @@ def _engine(steps: int, *runs: str, log: Path) -> subprocess.Popen[bytes]:
     _have_deepspeed()
     with open(log, "wb") as f:
         return subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1"]
-            + ["--nproc_per_node", "2"]
-            + ["-m", "tests.support.deepspeed_writer", str(steps), *runs],
+            torchrun() + ["-m", "tests.support.deepspeed_writer", str(steps), *runs],
             cwd=REPO,
             stdout=f,
             stderr=subprocess.STDOUT,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from publish.rules.deadline import UNBOUNDED
 from publish.stores.posix import PosixStore
 from tests.conftest import REPO, need
 from tests.support import deepspeed_saves as ds
-from tests.support.framework_scans import S3Saves, Scans, posix, tree
+from tests.support.framework_scans import S3Saves, Scans, posix, torchrun, tree
 from tests.support.servers import S3Server
 
 DS = FRAMEWORKS["deepspeed"]
@@ -46,19 +45,8 @@ def real_saves(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         log = base / f"{kind}.log"
         with open(log, "wb") as f:
             proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-W",
-                    "ignore",
-                    "-m",
-                    "torch.distributed.run",
-                    "--standalone",
-                    "--local-addr",
-                    "127.0.0.1",
-                ]
+                torchrun(quiet=True)
                 + [
-                    "--nproc_per_node",
-                    "2",
                     "-m",
                     "tests.support.deepspeed_writer",
                     "2",

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, Watch, need
+from tests.support.framework_scans import torchrun
 
 pytestmark = pytest.mark.torch
 
@@ -28,9 +28,7 @@ def _trainer(out: Path, log: Path) -> subprocess.Popen[bytes]:
         need(False, "transformers and accelerate are not installed (pip install '.[test]')")
     with open(log, "wb") as f:
         return subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1"]
-            + ["--nproc_per_node", "2"]
-            + ["-m", "tests.support.hf_ddp_writer", str(out), str(STEPS), "0.3"],
+            torchrun() + ["-m", "tests.support.hf_ddp_writer", str(out), str(STEPS), "0.3"],
             cwd=REPO,
             stdout=f,
             stderr=subprocess.STDOUT,

@@ -54,24 +54,28 @@ class S3Saves:
             self.client.put_object(Bucket=self.bucket, Key=f"{self.prefix}/exec/A/{path}", Body=data)
 
 
+def torchrun(ranks: int = 2, *, quiet: bool = False) -> list[str]:
+    """torchrun of this Python on ``ranks`` ranks of this machine (``quiet``: its own warnings left out), its
+    rendezvous on 127.0.0.1: torchrun advertises the host name otherwise, and where that does not resolve (a
+    fresh debootstrap root's /etc/hosts lacks it) every rank waits out its timeout."""
+    python = [sys.executable, "-W", "ignore"] if quiet else [sys.executable]
+    return (
+        python
+        + ["-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1"]
+        + [
+            "--nproc_per_node",
+            str(ranks),
+        ]
+    )
+
+
 def writer(out: Path, form: str, steps: int, *extra: str) -> None:
     """tests/support/megatron_writer.py on two ranks under torchrun (gloo, CPU)."""
     need(_have("megatron.core"), "megatron-core is not installed")
     log = out.parent / f"{out.name}.log"
     with open(log, "wb") as f:
         proc = subprocess.run(
-            [
-                sys.executable,
-                "-W",
-                "ignore",
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--local-addr",
-                "127.0.0.1",
-                "--nproc_per_node",
-                "2",
-            ]
+            torchrun(quiet=True)
             + ["-m", "tests.support.megatron_writer", str(out), form, str(steps), *extra],
             cwd=REPO,
             stdout=f,
