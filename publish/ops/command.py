@@ -1,4 +1,5 @@
-"""What every verb's command line shares: the root flags, the root and argument checks, opening the store.
+"""What every verb's command line shares: the root and credential flags (one group), the root and argument
+checks, opening the store (and the mirror's, once -mirror is parsed: publish.ops.mirror_flags).
 
 A verb module declares one :class:`Command` subclass: its ``name``, ``synopsis``, ``summary``, its flags
 (typed :class:`publish.rules.go.flags.Flag` attributes defined in ``__init__``) and ``run``.

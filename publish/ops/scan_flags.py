@@ -1,7 +1,8 @@
-"""What some verbs share beyond the root (publish.ops.command): the epoch, framework, world-size and
-mirror-keep flags, watch's and run's :class:`SavesCommand` and what they ask of the cli's signal traps
-(:class:`Trap`), run's signal names, and how a run or a watch says an error and goes on. A verb that takes
-none of these (resolve, init, probe) imports none of it.
+"""The scan's flag group: watch's and run's :class:`SavesCommand` (-framework, -interval, -world-size,
+-metrics, -attempt, -epoch, the mirror's group, -on-publish, -on-mirror), the epoch and framework flags
+publish and status take too, what watch and run ask of the cli's signal traps (:class:`Trap`), run's signal
+names, and how a run or a watch says an error and goes on. A verb that takes none of these (resolve, init,
+probe) imports none of it.
 """
 
 from __future__ import annotations
