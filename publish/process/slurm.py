@@ -42,14 +42,17 @@ class Batch:
         self.job = env.get("SLURM_JOB_ID", "")
         self.timeout = timeout
 
-    def _run(self, *argv: str, limit: float = 10) -> str:
+    def _run(self, *argv: str, limit: float = 10, ended: bool = False) -> str:
+        """``argv``'s stdout; a Failure when it fails.  ``ended``: its end by SIGTERM is no failure when the job
+        no longer runs (scontrol requeue: the requeue it asked for ends the job, and Slurm's SIGTERM to the
+        job's processes may reach scontrol, one of them, before it exits)."""
         import subprocess
 
         try:
             code, out, err = bounded(argv, self.env, min(self.timeout, limit))
         except (OSError, subprocess.TimeoutExpired) as e:
             raise Failure(f"{argv[0]}: {e}") from None
-        if code != 0:
+        if code != 0 and not (ended and code == -15 and self.state() not in LIVE):
             raise Failure(f"{' '.join(argv)}: exit {code}: {err.strip()[:500]}")
         return out
 
@@ -66,7 +69,7 @@ class Batch:
         return self._run("squeue", "-h", "-j", self.job, "-o", "%T").strip()
 
     def requeue(self) -> None:
-        self._run("scontrol", "requeue", self.job, limit=60)
+        self._run("scontrol", "requeue", self.job, limit=60, ended=True)
 
 
 def bounded(argv: tuple[str, ...], env: dict[str, str], timeout: float) -> tuple[int, str, str]:

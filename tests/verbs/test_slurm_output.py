@@ -150,3 +150,15 @@ def test_bytes_the_locale_cannot_decode_are_replaced_not_raised(tmp_path: Path) 
     )
     env = stand_in(tmp_path, "squeue", "printf '7.0\\n7.\\377\\n'")
     assert Batch(env, 30).steps_left()
+
+
+@pytest.mark.parametrize(
+    ("state", "said"), [("COMPLETING", "no failure"), ("RUNNING", "scontrol requeue 7: exit -15: ")]
+)
+def test_scontrol_requeue_ended_by_the_requeue_it_asked_for(tmp_path: Path, state: str, said: str) -> None:
+    """scontrol is one of the job's processes: the requeue it asks for ends the job, and Slurm's SIGTERM may
+    reach it before it exits. Once the job no longer runs, that end is the requeue done, not a failure (run
+    said "requeue failed" and exited 1 for a job Slurm had requeued); while the job still runs, it is one."""
+    stand_in(tmp_path, "squeue", f"echo {state}")
+    env = stand_in(tmp_path, "scontrol", "kill -TERM $$")
+    assert in_child(env, "requeue") == [said, "gone"]
