@@ -67,11 +67,14 @@ def enter(
     entry: layout.Entry,
     rows: Sequence[tuple[str, int, str | None]] | None,
     tier: str = "",
+    again: bool = False,
 ) -> bool:
     """Create ``entry`` (its manifest ``rows`` written, or None: it was there already), then read tomb/ and
     the save (:func:`overlapped`): a prune that overlapped withdraws it, raising :class:`Overlapped`; else
     print it, or say it was already there.  True when created.  ``tier``: ``" on the mirror"`` for the
-    mirror's entry (publish.ops.tiers), which its messages name."""
+    mirror's entry (publish.ops.tiers), which its messages name.  ``again``: the entry was there before
+    and its save gone, which the caller has just put back: when no prune overlapped, it is printed as
+    published (the save is there again) and True returned, with a note on stderr."""
     name, path = entry.name, entry.path
     where = shown(store.location(path))
     created = store.create_entry(dl, name)
@@ -84,8 +87,10 @@ def enter(
         if created:
             raise Overlapped(f"save {where}: {why}: its entry {name} withdrawn, not published")
         raise Overlapped(f"save {where}: {why}: not published")
-    if created:
+    if created or again:
         rebind(dl, store, name, path, rows, say)
+        if not created:
+            say.warn(f"{where}: its entry {name} was there{tier}, its save gone: uploaded again")
         say.out(f"published {name} (epoch {entry.epoch}, step {entry.step}, {where})")
         return True
     say.warn(f"{name} already published (epoch {entry.epoch}, step {entry.step}, {where})")

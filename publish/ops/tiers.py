@@ -18,7 +18,7 @@ import time
 
 from publish.ops import Say, command, scan_flags
 from publish.ops.orphans import AGE
-from publish.ops.pending import pending_names, pending_of
+from publish.ops.pending import pending_names, pending_of, whole_on
 from publish.process.threads import Flag, Worker
 from publish.rules import layout
 from publish.rules.deadline import Deadline
@@ -31,6 +31,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from publish.ops.events import Events
     from publish.ops.mirror_flags import Mirror
+    from publish.ops.pending import Whole
 
 #: An upload is given -timeout, and a second more for each MiB of the save (a slower one is cut off and
 #: redone by the next pass).
@@ -69,6 +70,7 @@ class Tiers:
         self.seen: list[str] = []  # the mirror's entry names at its last listing, and those published since
         self.events: Events | None = None  # -on-mirror: told of each entry published on the mirror
         self.known: dict[str, bool] = {}  # which of the mirror's saves existed when pending was last judged
+        self.held: set[str] = set()  # the saves found on the mirror by this process's passes (or put there)
 
     # -- what is pending
 
@@ -79,23 +81,48 @@ class Tiers:
         on_mirror: list[str],
         fast_known: dict[str, bool] | None = None,
         mirror_known: dict[str, bool] | None = None,
+        remember: bool = False,
     ) -> list[layout.Entry]:
         """The pending ones of ``entries`` (the fast root's), given the mirror's entry names, newest first
-        (publish.ops.pending); ``*_known``: which saves exist on each tier, answers already had."""
+        (publish.ops.pending); ``*_known``: which saves exist on each tier, answers already had.
+        ``remember``: whether an entry of both tiers still has its save on the mirror is asked once in this
+        process (:attr:`held`), as a pass asks it; else afresh."""
         from publish.ops.retention import Saves
 
         fast, mirror = Saves(dl, self.fast, fast_known), Saves(dl, self.mirror, mirror_known)
+        whole = self._whole(dl, remember)
         try:
-            return pending_of(entries, on_mirror, self.mirror, self.keep, fast, mirror, self.keep_bytes)
+            return pending_of(
+                entries, on_mirror, self.mirror, self.keep, fast, mirror, self.keep_bytes, whole=whole
+            )
         finally:
             self.known = mirror.known
+
+    def _whole(self, dl: Deadline, remember: bool) -> Whole:
+        """Whether the mirror holds an entry's save whole (publish.ops.pending.whole_on), the answer kept
+        in :attr:`held`; ``remember``: a save found whole by this process (or put there by it) is not asked
+        again, as a pass asks.  A prune asks afresh (:meth:`protected`) and forgets a save it finds not
+        whole, so the next pass uploads it again."""
+        ask, held = whole_on(dl, self.mirror), self.held
+
+        def whole(entry: layout.Entry) -> bool:
+            if remember and entry.path in held:
+                return True
+            there = ask(entry)
+            if there:
+                held.add(entry.path)
+            else:
+                held.discard(entry.path)
+            return there
+
+        return whole
 
     def pending(self, dl: Deadline) -> list[layout.Entry]:
         """The pending entries, newest first: pub/ of the fast root, then of the mirror."""
         entries = layout.parse_all(self.fast.list_entries(dl), self.fast.location(PUB))
         on_mirror = self.mirror.list_entries(dl)
         self.seen = on_mirror
-        return self.pending_of(dl, entries, on_mirror)
+        return self.pending_of(dl, entries, on_mirror, remember=True)
 
     def unmirrored(self) -> int:
         """How many of the fast root's entries are not known to be on the mirror, when the mirror cannot be
@@ -127,9 +154,12 @@ class Tiers:
         from publish.ops.retention import Saves
 
         busy = set(self.busy)
-        held = Saves(dl, self.fast), Saves(dl, self.mirror)
+        fast, mirror = Saves(dl, self.fast), Saves(dl, self.mirror)
         failing = set(self.failing)  # not on the mirror after this run: no older save makes room for them
-        pending = pending_names(dl, entries, self.mirror, self.keep, *held, self.keep_bytes, failing)
+        whole = self._whole(dl, remember=False)
+        pending = pending_names(
+            dl, entries, self.mirror, self.keep, fast, mirror, self.keep_bytes, failing, whole
+        )
         return pending | busy
 
     # -- moving saves
@@ -167,13 +197,17 @@ class Tiers:
 
     def upload(self, entry: layout.Entry, until: Deadline | None = None) -> bool:
         """Upload the save of ``entry``, write its manifest on the mirror, then create its mirror entry.
-        True when this call created the entry."""
+        True when this call created the entry, or put back the save of an entry the mirror had already
+        (its save gone or damaged there: a hand, a lifecycle rule; published again, no -on-mirror
+        event)."""
         fast, mirror = self.fast, self.mirror
         self.busy.add(entry.name)
         try:
             dl = until or Deadline(self.timeout)
-            if mirror.exists(dl, f"{PUB}/{entry.name}"):
+            again = mirror.exists(dl, f"{PUB}/{entry.name}")
+            if again and whole_on(dl, mirror)(entry):
                 self.seen.append(entry.name)
+                self.held.add(entry.path)
                 return False  # mirrored meanwhile, by another node
             if not fast.holds(dl, entry.path):
                 self._once(
@@ -205,9 +239,10 @@ class Tiers:
             mirror.write_manifest(dl, entry.name, manifest.encode(entry.name, rows))
             # The entry is this side's mark; then tomb/ and the save are read: a -mirror-keep prune (of
             # this process or another) that overlapped is seen, or sees the entry (publish_entry).
-            created = enter(dl, mirror, self.say, entry, rows, " on the mirror")
+            created = enter(dl, mirror, self.say, entry, rows, " on the mirror", again=again)
             self.seen.append(entry.name)
-            if created and self.events is not None:
+            self.held.add(entry.path)
+            if created and not again and self.events is not None:
                 self.events.fire("mirror", mirror, entry.epoch, entry.step, entry.path)
             return created
         finally:

@@ -171,3 +171,111 @@ def test_pending_asks_the_mirror_only_as_far_as_needed(weed: Any, tmp_path: Path
     # every save of theirs gone: mine are the newest whole saves the mirror would keep, so both pending
     gone(theirs[:-2])
     assert pair.protected(dl, entries) == set(mine)
+
+
+@pytest.mark.parametrize("deleted", ["every file", "one file"])
+def test_a_save_deleted_by_hand_on_the_mirror_stays_on_the_root_until_uploaded_again(
+    weed: Any, tmp_path: Path, deleted: str
+) -> None:
+    """A tier is lost under an entry: both saves were mirrored, then the older one's objects (all, or one
+    of them) were deleted on the mirror (by hand, by a lifecycle rule), its mirror entry left in place.  The user's promise: a
+    prune of the fast root never leaves a save that was on a tier on none, so ``prune -keep 1 -mirror``
+    keeps it on the root (status shows it pending), and the next ``run -mirror`` puts it back on the
+    mirror under the entry that is there (a ``published`` line naming the mirror's save), after which
+    -keep may take it from the root.  (On the code before, the entry alone counted as mirrored: -keep 1
+    removed the save from the only tier that held it whole.)"""
+    t = Tiers(weed, tmp_path)
+    for step in (1, 2):
+        t.save(step)
+    run = ("run", *t.flags("-framework", "hf", "-attempt", "a", "-epoch", "1"))
+    r = run_cli(*run, "--", "true")
+    assert r.code == 0, r.err
+    saves = ["exec/a/checkpoint-2", "exec/a/checkpoint-1"]
+    files = {path: t.files(path) for path in saves}
+    assert all(t.on_mirror(path) == files[path] for path in saves)
+    lost = saves[1]
+    keys = t.mirror.keys(lost + "/")
+    for key in keys if deleted == "every file" else [k for k in keys if k.endswith("/shard-0.bin")]:
+        t.mirror.s3.delete_object(Bucket=t.mirror.bucket, Key=f"{t.mirror.prefix}/{key}")
+    assert len(t.mirror.entries()) == 2 and t.on_mirror(lost) != files[lost]
+
+    r = run_cli("prune", *t.flags("-keep", "1"))
+    assert r.code == 0, r.err
+    for path in saves:
+        assert _on_a_tier(t, path, files[path]), f"{path} is on neither tier: {r.out}{r.err}"
+    doc = json.loads(run_cli("status", *t.flags("-json")).out)
+    assert [layout.parse(n).path for n in doc["pending"]] == [lost]
+
+    r = run_cli(*run, "-keep", "1", "--", "true")
+    assert r.code == 0, r.err
+    assert f"{t.mirror.url}/{lost})" in r.out, r.out
+    assert "uploaded again" in r.err, r.err
+    assert t.on_mirror(lost) == files[lost]
+    for path in saves:
+        assert _on_a_tier(t, path, files[path]), f"{path} is on neither tier: {r.out}{r.err}"
+    doc = json.loads(run_cli("status", *t.flags("-json")).out)
+    assert doc["pending"] == []
+    r = run_cli("prune", *t.flags("-keep", "1"))
+    assert r.code == 0, r.err
+    assert [layout.parse(e).path for e in t.fast_entries()] == [saves[0]]
+    shutil.rmtree(t.fast)  # the node is lost: the mirror holds both, whole
+    r = run_cli("resolve", *t.flags("-verify"))
+    assert r.code == 0, r.err
+    assert r.out.strip() == f"{t.mirror.url}/{saves[0]}"
+    assert all(t.on_mirror(path) == files[path] for path in saves)
+
+
+def test_a_run_asks_once_whether_a_mirrored_save_is_there_and_its_prune_asks_afresh(
+    weed: Any, tmp_path: Path
+) -> None:
+    """What finding a save gone on the mirror costs a run, and that it is found: a pass asks the mirror
+    once for each save of both tiers, then remembers it there (a pass every -interval asks nothing more);
+    the fast root's prune asks afresh each time, and a save it finds gone is kept on the root and pending
+    for the next pass, which uploads it again under the entry that is there."""
+    import time
+
+    from publish.ops import Say
+    from publish.ops.tiers import Tiers as Pair
+    from publish.rules.deadline import Deadline
+    from publish.rules.roots import S3Root
+    from publish.stores import open as open_store
+    from publish.stores.posix import PosixStore
+
+    t = Tiers(weed, tmp_path)
+    for step in (1, 2):
+        r = run_cli("publish", "-checkpoint", str(t.fast), "-epoch", "1", str(t.save(step)), str(step))
+        assert r.code == 0, r.err
+    mirror = open_store(
+        S3Root(t.mirror.bucket, t.mirror.prefix), env={}, deadline=time.monotonic() + 60, creds=t.mirror.creds
+    ).store
+    asked: list[str] = []  # the saves whose files were listed on the mirror
+    real = mirror.check_rows
+
+    def check_rows(dl: Deadline, path: str, rows: Any, deep: bool) -> Any:
+        asked.append(path)
+        return real(dl, path, rows, deep)
+
+    mirror.check_rows = check_rows  # type: ignore[method-assign]
+    out: list[str] = []
+    pair = Pair(PosixStore(str(t.fast)), mirror, Say(out.append, out.append), 30.0)
+    dl = Deadline(60)
+    assert pair.sync() == 2  # both uploaded: now on the mirror
+    entries = [layout.parse(n) for n in t.fast_entries()]
+    asked.clear()
+    assert pair.pending(dl) == [] and pair.pending(dl) == []
+    assert asked == [], asked  # remembered: what this process put there and checked
+    lost = "exec/a/checkpoint-1"
+    for key in t.mirror.keys(lost + "/"):
+        t.mirror.s3.delete_object(Bucket=t.mirror.bucket, Key=f"{t.mirror.prefix}/{key}")
+    assert pair.protected(dl, entries) == {e.name for e in entries if e.path == lost}
+    assert sorted(asked) == sorted(e.path for e in entries), asked  # each save of both tiers, afresh
+    asked.clear()
+    assert [e.path for e in pair.pending(dl)] == [lost]
+    assert asked == [lost], asked  # only the forgotten one is asked again
+    out.clear()
+    assert pair.sync() == 1
+    assert any(line.startswith("published ") and line.endswith(f"{t.mirror.url}/{lost})") for line in out), (
+        out
+    )
+    assert t.on_mirror(lost) == t.files(lost)
+    assert pair.protected(dl, entries) == set() and pair.pending(dl) == []
