@@ -241,9 +241,10 @@ class Schedule:
         self.uploads: list[Upload] = []
         self.left: list[tuple[str, str]] = []
         planned, self.recorded = set(self.folders), set(tombs)
-        # A recorded folder that a remaining entry relates to (published again since) stays, and only its
-        # tombstone goes.  Every other one is removed with this prune's own folders, after the entries: an
-        # entry about to go may still name it, or a folder inside it.
+        # A recorded folder that a remaining entry relates to (published again since, or kept by a larger
+        # -keep) stays, and only its tombstone goes, once old (_stale_tombs).  Every other one is removed
+        # with this prune's own folders, after the entries: an entry about to go may still name it, or a
+        # folder inside it.
         self.stale = [f for f in tombs if f not in planned and kept.related(f)]
         self.resumed = sorted(f for f in tombs if f not in planned and not kept.related(f))
 
@@ -308,7 +309,7 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
         # Entries first: a crash never leaves one naming a missing save, nor one without its manifest.
         store.remove_entries(dl, [e.name for e in sched.gone])
         store.remove_manifests(dl, [e.name for e in sched.gone])
-    store.remove_tombs(dl, [layout.tomb_name(f) for f in sched.stale])
+    store.remove_tombs(dl, _stale_tombs(dl, store, sched.stale))
     if sched.gone or fresh:  # pub/ read again, after this prune's marks: its tombstones, its removals
         now = layout.parse_all(store.list_entries(dl), store.location(PUB))
         _named_since(dl, store, say, sched, now)
@@ -342,6 +343,28 @@ def prune(dl: Deadline, store: Store, say: Say, keep: int | Policy, dry_run: boo
             store.remove_tombs(dl, finished)
     unbound_manifests(dl, store, say, sched.staying)
     return count
+
+
+#: How long a tombstone is left in place while an entry that stays relates to its folder: the prune that
+#: wrote it may still be running, about to remove that entry and then the folder.
+STALE_TOMB_AGE = 3600.0
+
+
+def _stale_tombs(dl: Deadline, store: Store, stale: list[str]) -> list[str]:
+    """The tombstones of ``stale`` (recorded folders that an entry this prune keeps relates to) to drop:
+    those written STALE_TOMB_AGE ago.  A younger one may be a running prune's, written just before it
+    removes that entry (this prune read pub/ before it did; another -keep): it removes the folder whatever
+    this prune keeps, and a publication of that folder relies on the tombstone to see it
+    (publish.ops.publishing.overlapped).  So it stays, and a later prune drops it; an interrupted prune's
+    goes an hour after it was written."""
+    if not stale:
+        return []
+    import time
+
+    times = store.tomb_times(dl)
+    now = time.time()
+    names = [layout.tomb_name(f) for f in stale]
+    return [n for n in names if n in times and now - times[n] > STALE_TOMB_AGE]
 
 
 #: How long a manifest without an entry is left while its save is still there: a publication writes its

@@ -234,6 +234,11 @@ class Store(Protocol):
         file, then of tomb/.  S3: an empty PUT with ``If-None-Match: *`` each."""
         ...
 
+    def tomb_times(self, dl: Deadline) -> dict[str, float]:
+        """Every name list_tombs lists and when it was written, in seconds since the epoch: POSIX its mtime
+        (a tombstone is never written to: the time its prune made it), S3 its LastModified (one LIST)."""
+        ...
+
     def remove_tombs(self, dl: Deadline, names: list[str]) -> None:
         """Remove ``tomb/<name>`` for each name, durable (tomb/ fsynced) before returning; a missing one is
         fine.  S3: one DELETE each."""

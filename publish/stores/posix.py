@@ -215,6 +215,9 @@ class PosixStore:
     def create_tombs(self, dl: Deadline, names: list[str]) -> None:
         self._writes.create_tombs(dl, names)
 
+    def tomb_times(self, dl: Deadline) -> dict[str, float]:
+        return self._writes.tomb_times(dl)
+
     def remove_tombs(self, dl: Deadline, names: list[str]) -> None:
         self._writes.remove_tombs(dl, names)
 

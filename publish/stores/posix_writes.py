@@ -250,6 +250,22 @@ class PosixWrites:
         finally:
             os.close(fd)
 
+    def tomb_times(self, dl: Deadline) -> dict[str, float]:
+        fd = self._top(TOMB)
+        if fd is None:
+            return {}
+        try:
+            times = {}
+            for name in os.listdir(fd):
+                st = fsops.lstat_at(fd, name)
+                if st is not None:  # else removed since it was listed
+                    times[name] = st.st_mtime  # its ctime moves as its kin, hard links to it, come and go
+            return times
+        except OSError as e:
+            raise FileError(self._dirs.full(TOMB), e, op="list") from None
+        finally:
+            os.close(fd)
+
     def create_tombs(self, dl: Deadline, names: list[str]) -> None:
         if not names:
             return

@@ -236,6 +236,15 @@ class S3Store:
                 self.key(f"{TOMB}/{name}"), deadline=dl
             )  # False: already there, which is fine
 
+    def tomb_times(self, dl: Deadline) -> dict[str, float]:
+        tomb = self.key(TOMB) + "/"
+        listing = self.client.list(tomb, deadline=dl)
+        return {
+            k[len(tomb) :]: self._time(m, k, "list", self.location(TOMB) + "/")
+            for k, m in zip(listing.keys, listing.modified)
+            if k.startswith(tomb) and k != tomb
+        }
+
     def remove_tombs(self, dl: Deadline, names: list[str]) -> None:
         for name in names:
             self.client.delete(self.key(f"{TOMB}/{name}"), deadline=dl)

@@ -42,6 +42,7 @@ OPERATIONS = frozenset(
         "list_tombs",
         "create_tombs",
         "remove_tombs",
+        "tomb_times",
         "create_mark",
         "write_manifest",
         "read_manifest",

@@ -205,6 +205,17 @@ class StoreContract:
         assert list(times) == [a]
         assert before - 5 <= times[a] <= time.time() + 5
 
+    def test_tomb_times_are_when_each_was_written(self, store: Store) -> None:
+        a, b = layout.tomb_name("exec/A/checkpoint-1"), layout.tomb_name("exec/A/checkpoint-2")
+        assert store.tomb_times(UNBOUNDED) == {}
+        before = time.time()
+        store.create_tombs(UNBOUNDED, [a, b])
+        times = store.tomb_times(UNBOUNDED)
+        assert sorted(times) == sorted([a, b])
+        assert all(before - 5 <= t <= time.time() + 5 for t in times.values())
+        store.remove_tombs(UNBOUNDED, [a])
+        assert list(store.tomb_times(UNBOUNDED)) == [b]
+
     def test_manifests_entries_and_tombs_are_apart(self, store: Store) -> None:
         entry = layout.name(0, 1, "exec/A/checkpoint-1")
         store.write_manifest(UNBOUNDED, entry, b"m")

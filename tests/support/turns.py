@@ -31,6 +31,7 @@ OPERATIONS = frozenset(
         "list_tombs",
         "create_tombs",
         "remove_tombs",
+        "tomb_times",
         "create_mark",
         "write_manifest",
         "read_manifest",
