@@ -49,7 +49,8 @@ class SockStream:
             self.sock.sendall(view[i : i + _CHUNK])
 
     def idle_readable(self) -> bool:
-        """True when data or EOF is waiting on a connection that should be quiet (the server closed it)."""
+        """True when data or EOF is waiting on a connection that should be quiet (the server closed it).  On
+        TLS, bytes that are only a post-handshake message (a late session ticket) are read and do not count."""
         pending = getattr(self.sock, "pending", None)  # a tls.Conn's decrypted bytes
         if self._pending or (pending is not None and pending()):
             return True
@@ -57,7 +58,10 @@ class SockStream:
             readable, _, _ = select.select([self.sock], [], [], 0)
         except (OSError, ValueError):
             return True
-        return bool(readable)
+        if not readable:
+            return False
+        ended = getattr(self.sock, "idle_ended", None)  # a tls.Conn
+        return ended is None or bool(ended())
 
     def close(self) -> None:
         try:  # noqa: SIM105 - contextlib would load functools and collections

@@ -97,6 +97,20 @@ class Conn:
     def pending(self) -> int:
         return int(self.obj.pending())
 
+    def idle_ended(self) -> bool:
+        """Whether what arrived on this connection while it was idle ends its use, read without waiting: the
+        server's close (close_notify or the end of TCP), an error, or application data (the connection is out
+        of step); not a TLS post-handshake message alone, which yields no application data: a TLS 1.3
+        NewSessionTicket (a server may send it after its first answer) or a KeyUpdate, consumed here."""
+        try:
+            self.sock.settimeout(0.0)
+            self.obj.read(1)
+        except WantRead:
+            return False
+        except (Error, OSError):
+            return True
+        return True
+
     def fileno(self) -> int:
         return self.sock.fileno()
 

@@ -30,7 +30,7 @@ from tests.conftest import REPO, Watch, need
 from tests.support import dcp_bombs
 from tests.support import deepspeed_saves as ds
 from tests.support.dcp_shapes import Raw
-from tests.support.framework_scans import torchrun
+from tests.support.framework_scans import run_tree, torchrun
 from tests.support.servers import S3Server
 
 DS = FRAMEWORKS["deepspeed"]
@@ -436,21 +436,16 @@ def _have_deepspeed() -> None:
         need(False, "deepspeed is not installed (pip install '.[test]')")
 
 
-def _engine(steps: int, *runs: str, log: Path) -> subprocess.Popen[bytes]:
-    """tests/support/deepspeed_writer.py on two ranks under torchrun (gloo, CPU)."""
+def _engine(steps: int, *runs: str, log: Path) -> None:
+    """tests/support/deepspeed_writer.py on two ranks under torchrun (gloo, CPU), to its end; none of its
+    processes is left, whatever happens."""
     _have_deepspeed()
-    with open(log, "wb") as f:
-        return subprocess.Popen(
-            torchrun() + ["-m", "tests.support.deepspeed_writer", str(steps), *runs],
-            cwd=REPO,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"},
-        )
-
-
-def _finished(proc: subprocess.Popen[bytes], log: Path) -> None:
-    assert proc.wait(timeout=300) == 0, log.read_text(errors="replace")[-4000:]
+    code = run_tree(
+        torchrun() + ["-m", "tests.support.deepspeed_writer", str(steps), *runs],
+        log,
+        {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"},
+    )
+    assert code == 0, log.read_text(errors="replace")[-4000:]
 
 
 #: The real engine's configurations: ZeRO stage 2 (fp32), stage 3, stage 1 under bf16.
@@ -462,7 +457,7 @@ def real_saves(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two saves of a real engine in each configuration, one engine after another in one torchrun."""
     base = tmp_path_factory.mktemp("deepspeed")
     log = base / "engine.log"
-    _finished(_engine(2, *(f"{base / k}{options}" for k, options in CONFIGS.items()), log=log), log)
+    _engine(2, *(f"{base / k}{options}" for k, options in CONFIGS.items()), log=log)
     return {k: base / k for k in CONFIGS}
 
 
@@ -527,8 +522,13 @@ def test_a_real_engine_saving_every_step_with_a_slow_rank_has_every_save_publish
     steps = 8
     w = Watch("-checkpoint", str(root), "-framework", "deepspeed", "-interval", "500ms", "-attempt", "A")
     log = tmp_path / "engine.log"
-    _finished(_engine(steps, str(saves), "--slow-rank", "1", "--slow", "0.3", log=log), log)
-    lines = [w.next_line(timeout=30) for _ in range(steps)]
+    try:
+        _engine(steps, str(saves), "--slow-rank", "1", "--slow", "0.3", log=log)
+        lines = [w.next_line(timeout=30) for _ in range(steps)]
+    except BaseException:
+        w.proc.kill()
+        w.proc.wait()
+        raise
     code, err = w.stop()
     assert (code, err) == (0, "")
     assert [int(line.split("step ")[1].split(",")[0]) for line in lines] == list(range(1, steps + 1))

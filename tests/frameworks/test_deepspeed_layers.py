@@ -9,7 +9,6 @@ S3, and with model states built to hurt the reader."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,9 @@ from publish.frameworks import FRAMEWORKS
 from publish.frameworks.parse import deepspeed_states
 from publish.rules.deadline import UNBOUNDED
 from publish.stores.posix import PosixStore
-from tests.conftest import REPO, need
+from tests.conftest import need
 from tests.support import deepspeed_saves as ds
-from tests.support.framework_scans import S3Saves, Scans, posix, torchrun, tree
+from tests.support.framework_scans import S3Saves, Scans, posix, run_tree, torchrun, tree
 from tests.support.servers import S3Server
 
 DS = FRAMEWORKS["deepspeed"]
@@ -43,22 +42,12 @@ def real_saves(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("deepspeed-layers")
     for kind, options in (("pipe", "pipe:stage=1"), ("moe", "moe:stage=0")):  # one engine's groups each
         log = base / f"{kind}.log"
-        with open(log, "wb") as f:
-            proc = subprocess.run(
-                torchrun(quiet=True)
-                + [
-                    "-m",
-                    "tests.support.deepspeed_writer",
-                    "2",
-                    f"{base / kind}:{options}",
-                ],
-                cwd=REPO,
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"},
-                timeout=300,
-            )
-        assert proc.returncode == 0, log.read_text(errors="replace")[-4000:]
+        code = run_tree(
+            torchrun(quiet=True) + ["-m", "tests.support.deepspeed_writer", "2", f"{base / kind}:{options}"],
+            log,
+            {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"},
+        )
+        assert code == 0, log.read_text(errors="replace")[-4000:]
     return {"pipe": base / "pipe", "moe": base / "moe"}
 
 

@@ -7,33 +7,31 @@ Without it, trainer_state.json alone decides, and the same run publishes saves s
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Watch, need
-from tests.support.framework_scans import torchrun
+from tests.conftest import Watch, need
+from tests.support.framework_scans import run_tree, torchrun
 
 pytestmark = pytest.mark.torch
 
 STEPS = 5
 
 
-def _trainer(out: Path, log: Path) -> subprocess.Popen[bytes]:
+def _trainer(out: Path, log: Path) -> None:
+    """The trainer under torchrun, to its end; none of its processes is left, whatever happens."""
     try:
         import accelerate  # noqa: F401
         import transformers  # noqa: F401
     except ImportError:
         need(False, "transformers and accelerate are not installed (pip install '.[test]')")
-    with open(log, "wb") as f:
-        return subprocess.Popen(
-            torchrun() + ["-m", "tests.support.hf_ddp_writer", str(out), str(STEPS), "0.3"],
-            cwd=REPO,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
+    code = run_tree(
+        torchrun() + ["-m", "tests.support.hf_ddp_writer", str(out), str(STEPS), "0.3"],
+        log,
+        {**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert code == 0, log.read_text(errors="replace")[-4000:]
 
 
 def _watched(tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> list[tuple[Path, int]]:
@@ -45,9 +43,13 @@ def _watched(tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> 
         "-checkpoint", str(root), "-framework", "hf", "-interval", "50ms", "-attempt", "A", *flags, env=env
     )
     log = tmp_path / "trainer.log"
-    proc = _trainer(saves, log)
-    assert proc.wait(timeout=300) == 0, log.read_text(errors="replace")[-4000:]
-    lines = [w.next_line(timeout=30) for _ in range(STEPS)]
+    try:
+        _trainer(saves, log)
+        lines = [w.next_line(timeout=30) for _ in range(STEPS)]
+    except BaseException:
+        w.proc.kill()
+        w.proc.wait()
+        raise
     code, err = w.stop()
     assert (code, err) == (0, ""), err
     published = []

@@ -6,6 +6,7 @@ import _socket
 import json
 import os
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -164,7 +165,7 @@ def test_direct_http_reuses_one_connection(server: Server) -> None:
         assert isinstance(headers, dict)
         assert headers["Host"] == f"127.0.0.1:{server.port}"
         assert headers["X-Test"] == "1"
-    assert server.connections == 1
+    assert len(server.peers) == 3 and len(set(server.peers)) == 1
     c.close()
 
 
@@ -377,7 +378,23 @@ def test_https_with_ssl_cert_file(ca: TestCA, tls_server: Server, no_bundles: No
     c = net.Connector(tls_server.url, env={"SSL_CERT_FILE": ca.pem})
     assert echo(c.request("GET", "/echo", {}, timeout=5))["path"] == "/echo"
     assert echo(c.request("GET", "/echo", {}, timeout=5))["path"] == "/echo"
-    assert tls_server.connections == 1
+    # the second request on the first's connection (a count of connections would take in a stranger's)
+    assert len(tls_server.peers) == 2 and len(set(tls_server.peers)) == 1
+
+
+def test_a_strangers_connection_is_not_taken_for_the_clients_second(ca: TestCA, tls_server: Server) -> None:
+    """As a process of another test does when it connects to a port it took for dead (or for its own server's)
+    that the system has since given this server: the connector's reuse is seen per connection, not counted."""
+    ctx = ssl.create_default_context(cafile=ca.pem)
+    with ctx.wrap_socket(
+        socket.create_connection(("127.0.0.1", tls_server.port), 5), server_hostname="127.0.0.1"
+    ) as s:
+        assert s.version() is not None  # its handshake done: the server has counted it
+        c = net.Connector(tls_server.url, cafile=ca.pem)
+        assert c.request("GET", "/echo", {}, timeout=5).status == 200
+        assert c.request("GET", "/echo", {}, timeout=5).status == 200
+    assert tls_server.connections == 2  # the stranger's counts too
+    assert len(tls_server.peers) == 2 and len(set(tls_server.peers)) == 1
 
 
 def test_https_with_ssl_cert_dir(ca: TestCA, tls_server: Server, no_bundles: None, tmp_path: Path) -> None:

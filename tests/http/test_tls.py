@@ -3,6 +3,7 @@ verified, TLS 1.2 at least, and a connection lost without close_notify never tak
 
 from __future__ import annotations
 
+import select
 import socket
 import ssl
 import threading
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from publish.http import net, tls
+from publish.http import net, streams, tls
 from tests.support.netfixtures import TestCA
 
 
@@ -41,6 +42,29 @@ def serve_once(ca: TestCA, answer: Callable[[ssl.SSLSocket], None], **ctx_option
 
     threading.Thread(target=run, daemon=True).start()
     return int(listener.getsockname()[1])
+
+
+def serve(ca: TestCA, answers: list[Callable[[ssl.SSLSocket], None]]) -> tuple[int, list[int]]:
+    """A TLS server on loopback that hands its n-th connection to ``answers[n]`` and then stops listening;
+    its port, and a list that gets an item per connection taken."""
+    ctx = ca.server_ctx()
+    listener = socket.create_server(("127.0.0.1", 0))
+    taken: list[int] = []
+
+    def run() -> None:
+        with listener:
+            for answer in answers:
+                conn, _ = listener.accept()
+                taken.append(1)
+                conn.settimeout(10)
+                try:
+                    with ctx.wrap_socket(conn, server_side=True) as tls_conn:
+                        answer(tls_conn)
+                except (OSError, ssl.SSLError):
+                    pass
+
+    threading.Thread(target=run, daemon=True).start()
+    return int(listener.getsockname()[1]), taken
 
 
 def read_request(conn: ssl.SSLSocket) -> None:
@@ -96,3 +120,83 @@ def test_a_whole_answer_over_tls_reads_and_the_connection_is_kept(tmp_path: Path
     conn = net.Connector(f"https://127.0.0.1:{port}", cafile=ca.pem)
     assert conn.request("GET", "/", {}, timeout=10).body == b"first"
     assert conn.request("GET", "/", {}, timeout=10).body == b"second"  # one connection: the server takes one
+
+
+# --------------------------------------------------------------------- what arrives on an idle connection
+
+
+def _late_session_ticket(conn: ssl.SSLSocket) -> None:
+    """Send a TLS 1.3 NewSessionTicket now, after the handshake, through OpenSSL itself (Python's ssl sends
+    tickets only within the handshake, before any answer, where a client's first read consumes them)."""
+    import _ssl
+    import ctypes
+
+    lib = ctypes.CDLL(_ssl.__file__)  # its libssl's symbols resolve through it
+    for name in ("SSL_get_fd", "SSL_new_session_ticket", "SSL_do_handshake"):
+        getattr(lib, name).argtypes = [ctypes.c_void_p]
+    # _ssl's socket object: PyObject_HEAD, then a weak reference to the socket, then its SSL pointer.
+    where = id(conn._sslobj) + object.__basicsize__ + ctypes.sizeof(ctypes.c_void_p)  # type: ignore[attr-defined]
+    ssl_ptr = ctypes.c_void_p.from_address(where).value
+    assert conn.version() == "TLSv1.3" and lib.SSL_get_fd(ssl_ptr) == conn.fileno()
+    assert lib.SSL_new_session_ticket(ssl_ptr) == 1 and lib.SSL_do_handshake(ssl_ptr) == 1
+
+
+def _idle_then(ca: TestCA, between: Callable[[ssl.SSLSocket], None]) -> tuple[list[bytes], int]:
+    """Two requests on one connector, the server sending ``between`` while the connection is idle: the
+    bodies answered and how many connections the server took (it answers "second" on either)."""
+    sent = threading.Event()
+
+    def first(conn: ssl.SSLSocket) -> None:
+        read_request(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+        try:
+            between(conn)  # raises once it ended the connection
+        finally:
+            sent.set()
+        second(conn)
+
+    def second(conn: ssl.SSLSocket) -> None:
+        read_request(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
+
+    port, taken = serve(ca, [first, second])
+    conn = net.Connector(f"https://127.0.0.1:{port}", cafile=ca.pem)
+    bodies = [conn.request("GET", "/", {}, timeout=10).body]
+    assert sent.wait(10)
+    stream = conn._stream
+    assert isinstance(stream, streams.SockStream)
+    assert select.select([stream.sock], [], [], 10)[0]  # what the server sent is there to be read
+    bodies.append(conn.request("GET", "/", {}, timeout=10).body)
+    conn.close()
+    return bodies, len(taken)
+
+
+def test_a_late_session_ticket_on_an_idle_connection_does_not_end_it(tmp_path: Path) -> None:
+    assert _idle_then(TestCA(tmp_path), _late_session_ticket) == ([b"first", b"second"], 1)
+
+
+def test_an_idle_connection_the_server_closed_is_reopened(tmp_path: Path) -> None:
+    def close(conn: ssl.SSLSocket) -> None:
+        conn.unwrap().close()  # close_notify, then the end of TCP
+        raise OSError("closed")
+
+    assert _idle_then(TestCA(tmp_path), close) == ([b"first", b"second"], 2)
+
+
+def test_an_idle_connection_the_server_cut_is_reopened(tmp_path: Path) -> None:
+    def cut(conn: ssl.SSLSocket) -> None:
+        raw = socket.socket(fileno=conn.detach())  # no close_notify
+        raw.shutdown(socket.SHUT_RDWR)
+        raw.close()
+        raise OSError("cut")
+
+    assert _idle_then(TestCA(tmp_path), cut) == ([b"first", b"second"], 2)
+
+
+def test_bytes_sent_on_an_idle_connection_end_it(tmp_path: Path) -> None:
+    """Application data nobody asked for (here a whole answer): the connection is out of step."""
+
+    def stray(conn: ssl.SSLSocket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray")
+
+    assert _idle_then(TestCA(tmp_path), stray) == ([b"first", b"second"], 2)

@@ -3,9 +3,12 @@ put on an S3 root, and megatron-core's writer (tests/support/megatron_writer.py)
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -69,21 +72,81 @@ def torchrun(ranks: int = 2, *, quiet: bool = False) -> list[str]:
     )
 
 
+#: The environment variable that marks every process of a tree run_tree started (its value: one per run).
+TREE_MARK = "PUBLISH_TEST_TREE"
+
+
+def run_tree(cmd: list[str], log: Path, env: dict[str, str], timeout: float = 300) -> int:
+    """Run ``cmd`` from the checkout (stdout and stderr to ``log``) and return its exit code.  However the wait
+    ends (the command exited, ``timeout`` passed: subprocess.TimeoutExpired, or any exception), no process of
+    its tree is left: the command runs in a session of its own, and every process that carries its mark in its
+    environment is killed, those that left the session too (torchrun starts each rank in a session of its
+    own), before the command itself is reaped."""
+    mark = uuid.uuid4().hex
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env={**env, TREE_MARK: mark},
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            time.sleep(0.05)
+    finally:
+        kill_tree(proc.pid, mark)  # the command not reaped yet: its process group's id is still its own
+        proc.wait()
+    return proc.returncode
+
+
+def marked(mark: str) -> list[int]:
+    """The live processes (zombies left out) whose environment holds TREE_MARK=mark."""
+    want = f"{TREE_MARK}={mark}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if want in f.read().split(b"\0"):
+                    found.append(int(name))
+        except OSError:  # gone, or another user's
+            pass
+    return found
+
+
+def kill_tree(leader: int, mark: str, limit: float = 30) -> None:
+    """SIGKILL the process group of ``leader`` and every process marked ``mark``, until none is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(leader, signal.SIGKILL)
+    deadline = time.monotonic() + limit
+    while True:
+        left = [pid for pid in marked(mark) if pid != leader]
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"processes {left} of a test's tree outlived SIGKILL for {limit} s")
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+
+
 def writer(out: Path, form: str, steps: int, *extra: str) -> None:
     """tests/support/megatron_writer.py on two ranks under torchrun (gloo, CPU)."""
     need(_have("megatron.core"), "megatron-core is not installed")
     log = out.parent / f"{out.name}.log"
-    with open(log, "wb") as f:
-        proc = subprocess.run(
-            torchrun(quiet=True)
-            + ["-m", "tests.support.megatron_writer", str(out), form, str(steps), *extra],
-            cwd=REPO,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-            timeout=300,
-        )
-    assert proc.returncode == 0, log.read_text(errors="replace")[-4000:]
+    code = run_tree(
+        torchrun(quiet=True) + ["-m", "tests.support.megatron_writer", str(out), form, str(steps), *extra],
+        log,
+        {**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert code == 0, log.read_text(errors="replace")[-4000:]
 
 
 def _have(module: str) -> bool:

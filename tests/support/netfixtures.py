@@ -155,6 +155,7 @@ class ServerHandler(_Base):
         body = self.rfile.read(length) if length else b""
         with owner.lock:
             owner.requests.append((self.command, self.path, dict(self.headers), body))
+            owner.peers.append(self.client_address)
         parts = self.path.split("?")[0].split("/")
         kind = parts[1] if len(parts) > 1 else ""
         if kind == "stall":
@@ -201,12 +202,16 @@ class ServerHandler(_Base):
 
 
 class Server(_Running):
-    """The test HTTP(S) server; ``requests`` lists (method, path, headers, body); ``connections`` counts."""
+    """The test HTTP(S) server; ``requests`` lists (method, path, headers, body), ``peers`` the client address
+    (host, port) each came from: one connection's requests share it.  ``connections`` counts every connection
+    accepted, a stranger's too: a process of another test that connects to a port it took for dead, or for its
+    own server's, which the system has since given this server."""
 
     handler = ServerHandler
 
     def __init__(self, tls: TestCA | None = None) -> None:
         self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
+        self.peers: list[tuple[str, int]] = []
         super().__init__(tls)
 
 
