@@ -48,9 +48,7 @@ def save_size(dl: Deadline, store: Store, entry: layout.Entry, read: object = _U
 
         try:
             read = store.read_manifest(dl, entry.name, manifest.MANIFEST_LIMIT)
-        except StoreError:
-            raise
-        except (Failure, OSError) as e:  # an unreadable manifest: the files say it instead
+        except (Failure, OSError) as e:  # _by_manifest says which the files say instead, which is raised
             read = e
     told = _by_manifest(store, entry.name, read)
     if told is not None:
@@ -103,6 +101,9 @@ def _by_manifest(store: Store, name: str, read: object) -> Size | None:
         if read is not None:
             rows = manifest.decode(name, read, store.location(f"{layout.MAN}/{name}"))
             return Size(sum(size for _, size, _ in rows), "manifest")
+    except FileError as e:  # a manifest this user may not read: the files say it; a disk error fails
+        if not e.unexaminable:
+            raise
     except StoreError:
         raise
     except (Failure, OSError):  # a damaged or unreadable manifest: the files say it instead
@@ -129,12 +130,12 @@ def _by_files(measured: int | Exception) -> Size:
         if isinstance(measured, Exception):
             raise measured
         return Size(measured, "files")
+    except FileError as e:  # before StoreError, its base: a folder of the save this user may not read
+        if not e.unexaminable:
+            raise  # a disk I/O error, too many open files: the store failing, as on S3
+        return Size(None, "", str(e))
     except StoreError:
         raise
-    except FileError as e:
-        if not e.unexaminable:
-            raise
-        return Size(None, "", str(e))
     except (Failure, OSError) as e:
         return Size(None, "", str(e) if isinstance(e, PublishError) else f"{e.strerror or e}")
 
