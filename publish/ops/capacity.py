@@ -88,6 +88,54 @@ def sizes_of(
     return found
 
 
+def held_and_sized(
+    dl: Deadline, store: Store, names: list[str], paths: list[str], measure: bool
+) -> tuple[list[bool], list[Size | None], BaseException | None]:
+    """Whether the save of each entry of ``names`` (at the same place of ``paths``) exists and, when
+    ``measure``, what each that exists holds, asked together (POSIX ``read_manifests`` then ``held_sizes``:
+    a save no manifest measures is opened once, which also tells that it is there): what :func:`sizes_of`
+    says of those that exist, after ``holds_all`` of all.  What asking whether a save exists raises is
+    raised; what measuring raises (reading the manifests, the store failing while measuring) is returned
+    (the first, in their order), for the caller to raise once it has asked whether every save exists, as
+    status asks them all before it measures any."""
+    from publish.rules import manifest
+
+    told: list[Size | StoreError | None] = [None] * len(names)  # None: the files say it
+    failed: BaseException | None = None
+    if measure:
+        try:
+            read = store.read_manifests(dl, names, manifest.MANIFEST_LIMIT)  # type: ignore[attr-defined]
+        except Exception as e:  # raised after the saves' existence, as when it was asked after
+            failed, measure = e, False
+        else:
+            for k, name in enumerate(names):  # a manifest of a save that is gone is read, never used
+                got = read[name]
+                if got is None:
+                    continue  # no manifest: the files say it
+                try:
+                    told[k] = _by_manifest(store, name, got)
+                except StoreError as e:
+                    told[k] = e
+    want = [measure and size is None for size in told]
+    found = store.held_sizes(dl, paths, want)  # type: ignore[attr-defined]
+    held = [n is not None for n in found]
+    sizes: list[Size | None] = [None] * len(names)
+    if not measure:
+        return held, sizes, failed
+    for k, (n, size) in enumerate(zip(found, told)):
+        if n is None:
+            continue  # gone: nothing to tell
+        if isinstance(size, StoreError):
+            return held, sizes, size
+        if size is None:
+            try:
+                size = Size(n, "files") if type(n) is int else _by_files(n)
+            except Exception as e:
+                return held, sizes, e
+        sizes[k] = size
+    return held, sizes, None
+
+
 def _by_manifest(store: Store, name: str, read: object) -> Size | None:
     """What the manifest of the entry ``name`` says its save holds (``read``: its bytes, None, or the error reading
     it raised), or None when the files must say it (none, or a damaged or unreadable one).  The store

@@ -591,8 +591,9 @@ def collect(
     if not names and not tombs:
         store.check_exists(dl)
     listing = Listing(store, names, paths, times)
-    _exist(dl, store, listing)
-    measure(dl, store, listing)  # each one's bytes: one manifest read each
+    if not _exist_and_measure(dl, store, listing):
+        _exist(dl, store, listing)
+        measure(dl, store, listing)  # each one's bytes: one manifest read each
     report = Report(store, only, listing, now)
     report.exec = _Scan(dl, store, only, paths, tombs).run()
     report.tombs = [Folder(store, f) for f in tombs]  # listed as tombstones, not as saves or leftovers
@@ -643,6 +644,31 @@ def _exist(dl: Deadline, store: Store, listing: Listing) -> None:
         part = paths[start : start + CHUNK]
         held = at_once(dl, part) if at_once is not None else [store.holds(dl, path) for path in part]
         listing.exists[start : start + len(part)] = bytes(map(bool, held))
+
+
+def _exist_and_measure(dl: Deadline, store: Store, listing: Listing) -> bool:
+    """_exist and measure together, CHUNK publications at a time, where the store can (POSIX
+    ``held_sizes``: a save no manifest measures is opened once, which tells that it is there): the same
+    answers, and the same error raised (whether each save exists is asked of all before a fault measuring
+    one is raised).  False where the store cannot."""
+    if getattr(store, "held_sizes", None) is None or getattr(store, "read_manifests", None) is None:
+        return False
+    from publish.ops.capacity import held_and_sized
+
+    names, paths = listing.names, listing.paths
+    failed: BaseException | None = None
+    for start in range(0, max(len(names), 1), CHUNK):
+        end = start + CHUNK
+        held, sizes, fault = held_and_sized(dl, store, names[start:end], paths[start:end], failed is None)
+        listing.exists[start : start + len(held)] = bytes(held)
+        failed = failed or fault
+        if failed is None:
+            for i, size in enumerate(sizes, start):
+                if size is not None:
+                    listing.set_size(i, size)
+    if failed is not None:
+        raise failed
+    return True
 
 
 def measure(dl: Deadline, store: Store, listing: Listing) -> None:
