@@ -48,9 +48,7 @@ def save_size(dl: Deadline, store: Store, entry: layout.Entry, read: object = _U
 
         try:
             read = store.read_manifest(dl, entry.name, manifest.MANIFEST_LIMIT)
-        except StoreError:
-            raise
-        except (Failure, OSError) as e:  # an unreadable manifest: the files say it instead
+        except (Failure, OSError) as e:  # _by_manifest says which the files say instead, which is raised
             read = e
     told = _by_manifest(store, entry.name, read)
     if told is not None:
@@ -90,6 +88,54 @@ def sizes_of(
     return found
 
 
+def held_and_sized(
+    dl: Deadline, store: Store, names: list[str], paths: list[str], measure: bool
+) -> tuple[list[bool], list[Size | None], BaseException | None]:
+    """Whether the save of each entry of ``names`` (at the same place of ``paths``) exists and, when
+    ``measure``, what each that exists holds, asked together (POSIX ``read_manifests`` then ``held_sizes``:
+    a save no manifest measures is opened once, which also tells that it is there): what :func:`sizes_of`
+    says of those that exist, after ``holds_all`` of all.  What asking whether a save exists raises is
+    raised; what measuring raises (reading the manifests, the store failing while measuring) is returned
+    (the first, in their order), for the caller to raise once it has asked whether every save exists, as
+    status asks them all before it measures any."""
+    from publish.rules import manifest
+
+    told: list[Size | StoreError | None] = [None] * len(names)  # None: the files say it
+    failed: BaseException | None = None
+    if measure:
+        try:
+            read = store.read_manifests(dl, names, manifest.MANIFEST_LIMIT)  # type: ignore[attr-defined]
+        except Exception as e:  # raised after the saves' existence, as when it was asked after
+            failed, measure = e, False
+        else:
+            for k, name in enumerate(names):  # a manifest of a save that is gone is read, never used
+                got = read[name]
+                if got is None:
+                    continue  # no manifest: the files say it
+                try:
+                    told[k] = _by_manifest(store, name, got)
+                except StoreError as e:
+                    told[k] = e
+    want = [measure and size is None for size in told]
+    found = store.held_sizes(dl, paths, want)  # type: ignore[attr-defined]
+    held = [n is not None for n in found]
+    sizes: list[Size | None] = [None] * len(names)
+    if not measure:
+        return held, sizes, failed
+    for k, (n, size) in enumerate(zip(found, told)):
+        if n is None:
+            continue  # gone: nothing to tell
+        if isinstance(size, StoreError):
+            return held, sizes, size
+        if size is None:
+            try:
+                size = Size(n, "files") if type(n) is int else _by_files(n)
+            except Exception as e:
+                return held, sizes, e
+        sizes[k] = size
+    return held, sizes, None
+
+
 def _by_manifest(store: Store, name: str, read: object) -> Size | None:
     """What the manifest of the entry ``name`` says its save holds (``read``: its bytes, None, or the error reading
     it raised), or None when the files must say it (none, or a damaged or unreadable one).  The store
@@ -103,6 +149,9 @@ def _by_manifest(store: Store, name: str, read: object) -> Size | None:
         if read is not None:
             rows = manifest.decode(name, read, store.location(f"{layout.MAN}/{name}"))
             return Size(sum(size for _, size, _ in rows), "manifest")
+    except FileError as e:  # a manifest this user may not read: the files say it; a disk error fails
+        if not e.unexaminable:
+            raise
     except StoreError:
         raise
     except (Failure, OSError):  # a damaged or unreadable manifest: the files say it instead
@@ -129,12 +178,12 @@ def _by_files(measured: int | Exception) -> Size:
         if isinstance(measured, Exception):
             raise measured
         return Size(measured, "files")
+    except FileError as e:  # before StoreError, its base: a folder of the save this user may not read
+        if not e.unexaminable:
+            raise  # a disk I/O error, too many open files: the store failing, as on S3
+        return Size(None, "", str(e))
     except StoreError:
         raise
-    except FileError as e:
-        if not e.unexaminable:
-            raise
-        return Size(None, "", str(e))
     except (Failure, OSError) as e:
         return Size(None, "", str(e) if isinstance(e, PublishError) else f"{e.strerror or e}")
 

@@ -173,51 +173,66 @@ def all_canonical(names: list[str]) -> bool:
     """True when :func:`parse` takes every one of ``names`` (a non-empty list), checked in a few passes that
     run in C over all of them at once rather than name by name: a resolve of 100,000 entries spends its time
     here.  The same rules as parse and _decode, which report what is wrong with a name."""
+    return _joined_paths(names) is not None
+
+
+def paths_of(names: list[str]) -> list[str] | None:
+    """The save each of ``names`` (a non-empty list) names, in their order, as :func:`parse` reads it, when
+    parse takes every one of them (checked and decoded as :func:`all_canonical` checks them, in a few passes
+    in C); else None (parse_all then says which name is wrong, and why)."""
+    joined = _joined_paths(names)
+    return None if joined is None else joined.split("\0")
+
+
+def _joined_paths(names: list[str]) -> str | None:
+    """The paths ``names`` (a non-empty list) name, joined by NUL, when parse takes every one; else None."""
     # the C modules, not operator.py; imported here, for a root of many entries: two modules less at start-up
     from _operator import and_, itemgetter, rshift
     from itertools import repeat
 
     count = len(names)
     if min(map(len, names)) < 43:  # 20 digits, '-', 20 digits, '-', at least one base32 letter
-        return False
+        return None
     heads = "".join(map(itemgetter(slice(0, 41)), names))
     encoded = list(map(itemgetter(slice(42, None)), names))
     if heads[20::41] != "-" * count or "".join(map(itemgetter(41), names)) != "-" * count:
-        return False
+        return None
     try:
         head_bytes = heads.encode("ascii")
         letters = ",".join(encoded).encode("ascii")
     except UnicodeEncodeError:
-        return False
+        return None
     # Deleting the allowed bytes leaves only the separators: the '-' at offset 20 of each head (checked above,
     # so every other byte of a head is a digit), and the ',' between the encoded parts.
     if head_bytes.translate(None, _DIGIT_BYTES) != b"-" * count:
-        return False
+        return None
     if letters.translate(None, _BASE32_BYTES) != b"," * (count - 1):
-        return False
+        return None
     lengths = list(map(len, encoded))
     sizes = {n: divmod(n * 5, 8) for n in set(lengths)}
     if any(n % 8 in (1, 3, 6) for n in sizes):
-        return False
+        return None
     nbytes = {n: size for n, (size, _) in sizes.items()}
     unused = {n: bits for n, (_, bits) in sizes.items()}
     masks = {n: (1 << bits) - 1 for n, bits in unused.items()}
     values = list(map(int, letters.translate(_TO_DIGITS).split(b","), repeat(32)))
     if any(map(and_, values, map(masks.__getitem__, lengths))):  # canonical: the unused bits are zero
-        return False
+        return None
     shifted = map(rshift, values, map(unused.__getitem__, lengths))
     raw = b"\0".join(map(int.to_bytes, shifted, map(nbytes.__getitem__, lengths), repeat("big")))  # type: ignore[arg-type]
     try:
         paths = raw.decode("utf-8")  # a NUL joins them: no sequence can run from one path into the next
     except UnicodeDecodeError:
-        return False
+        return None
     if paths.count("\0") != count - 1:  # a path holds a NUL
-        return False
+        return None
     elements = "/" + paths.replace("\0", "/") + "/"  # every path's elements, each between two '/'
     if "//" in elements or "/./" in elements or "/../" in elements:
-        return False
+        return None
     framed = "\0" + paths + "\0"  # each path between two NULs
-    return not any(mark in framed for mark in _RESERVED_MARKS)
+    if any(mark in framed for mark in _RESERVED_MARKS):
+        return None
+    return paths
 
 
 def latest_of(names: list[str], where: str) -> Entry | None:

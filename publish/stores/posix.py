@@ -104,6 +104,14 @@ class PosixStore:
         holds_all; publish.stores.posix_files)."""
         return self._files.save_sizes(dl, paths)
 
+    def held_sizes(
+        self, dl: Deadline, paths: list[str], measure: list[bool]
+    ) -> list[int | PublishError | None]:
+        """:meth:`holds_all` of ``paths`` (None: nothing there) with, where ``measure`` says so,
+        :meth:`save_sizes` of the saves there, each measured save opened once (not in the Store protocol:
+        status asks if the store has it; publish.stores.posix_files)."""
+        return self._files.held_sizes(dl, paths, measure)
+
     def newest(self, dl: Deadline, path: str) -> LastChange:
         return self._files.newest_all(dl, [path])[0]
 

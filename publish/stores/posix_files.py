@@ -230,23 +230,75 @@ class PosixFiles:
                         except OSError as e:
                             found[i] = self._not_opened(dl, fd, path, name, e)
                             continue
-                        try:
-                            with os.scandir(top) as it:
-                                listed: list[os.DirEntry[str]] | None = list(it)
-                        except OSError:
-                            listed = None  # the walk lists it again, and says why it cannot
-                        if listed == []:
-                            os.close(top)
-                            continue  # an empty folder holds 0 bytes, as size says of a folder
-                        try:
-                            found[i] = self._walk(top, path, None, listed)[1]
-                        except PublishError as e:
-                            found[i] = e
+                        found[i] = self._opened(top, path)
                 finally:
                     os.close(fd)
         finally:
             os.close(root_fd)
         return found
+
+    def held_sizes(
+        self, dl: Deadline, paths: list[str], measure: list[bool]
+    ) -> list[int | PublishError | None]:
+        """Whether a save is at each of ``paths`` and, where ``measure`` says so, what it holds, in their
+        order: None where nothing is there (as :meth:`RootDirs.lstat_all` tells it, raising what it raises),
+        else what :meth:`save_sizes` says of it (0 where not measured).  A save measured is opened once, in
+        its parent's descriptor with ``O_NOFOLLOW``: that it opens tells that it is there, without its
+        ``lstat``; one that does not open (a file, a link, a FIFO, a folder that cannot be opened) is looked
+        at with ``lstat``, as lstat_all looks, and measured as save_sizes measures it."""
+        by_parent: dict[str, list[int]] = {}
+        for i, path in enumerate(paths):
+            by_parent.setdefault(path.rpartition("/")[0], []).append(i)
+        found: list[int | PublishError | None] = [None] * len(paths)
+        root_fd = self._dirs.open_root()
+        i = 0
+        try:
+            for parent, indices in by_parent.items():
+                i = indices[0]
+                try:
+                    fd = self._dirs.open_dir(root_fd, parent) if parent else os.dup(root_fd)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # nothing there, as lstat_all says
+                try:
+                    for i in indices:
+                        path = paths[i]
+                        name = path.rpartition("/")[2]
+                        if not measure[i]:
+                            if fsops.lstat_at(fd, name) is not None:
+                                found[i] = 0
+                            continue
+                        try:
+                            top = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                        except FileNotFoundError:
+                            continue  # nothing there, as lstat says
+                        except OSError as e:
+                            st = fsops.lstat_at(fd, name)  # as lstat_all asks it, and fails
+                            if st is not None:
+                                found[i] = self._not_a_folder(dl, path, e, st)
+                            continue
+                        found[i] = self._opened(top, path)
+                finally:
+                    os.close(fd)
+        except OSError as e:
+            raise FileError(self._dirs.full(paths[i]), e, op="stat") from None
+        finally:
+            os.close(root_fd)
+        return found
+
+    def _opened(self, top: int, path: str) -> int | PublishError:
+        """What the save folder at ``path``, opened as ``top`` (closed here), holds, or the error its walk met."""
+        try:
+            with os.scandir(top) as it:
+                listed: list[os.DirEntry[str]] | None = list(it)
+        except OSError:
+            listed = None  # the walk lists it again, and says why it cannot
+        if listed == []:
+            os.close(top)
+            return 0  # an empty folder holds 0 bytes, as size says of a folder
+        try:
+            return self._walk(top, path, None, listed)[1]
+        except PublishError as e:
+            return e
 
     def _not_opened(self, dl: Deadline, parent: int, path: str, name: str, e: OSError) -> int | PublishError:
         """What the save at ``path`` (``name`` in the descriptor ``parent``), which could not be opened as a
@@ -262,6 +314,13 @@ class PosixFiles:
             return self._alone(dl, path)
         if st is None:
             return 0
+        return self._not_a_folder(dl, path, e, st)
+
+    def _not_a_folder(self, dl: Deadline, path: str, e: OSError, st: os.stat_result) -> int | PublishError:
+        """What the save at ``path`` holds, which is there (its ``lstat``: ``st``) but did not open as a folder
+        without following a link (``e``): a file's size, else what ``sizes`` and ``size`` say of it alone."""
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            return self._alone(dl, path)  # a folder that cannot be opened: its error, as sizes says it
         if stat.S_ISREG(st.st_mode):
             return st.st_size  # a save that is one file
         return self._alone(dl, path)  # a link (followed, as sizes follows it), a FIFO...

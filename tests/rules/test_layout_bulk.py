@@ -1,5 +1,6 @@
 """layout.all_canonical, the check of every entry name that a resolve of a large root runs in a few passes
-over all names at once, takes exactly the lists whose every name layout.parse takes."""
+over all names at once, takes exactly the lists whose every name layout.parse takes; layout.paths_of, status's
+read of every entry's save at once, gives exactly the paths parse gives."""
 
 from __future__ import annotations
 
@@ -58,6 +59,23 @@ def mutated(draw: st.DrawFn) -> str:
 @given(st.lists(names, min_size=1, max_size=6) | st.lists(mutated(), min_size=1, max_size=6))
 def test_all_canonical_is_every_name_parsing(listed: list[str]) -> None:
     assert layout.all_canonical(listed) == all(parses(n) for n in listed)
+
+
+@settings(max_examples=1500)
+@given(st.lists(names, min_size=1, max_size=6) | st.lists(mutated(), min_size=1, max_size=6))
+def test_paths_of_is_each_names_parse(listed: list[str]) -> None:
+    """status reads every entry's save at once: the paths parse reads, in order, or None when parse refuses
+    any name (hostile ones too: NUL, '..', not UTF-8, reserved, not canonical)."""
+    expected = [layout.parse(n).path for n in listed] if all(parses(n) for n in listed) else None
+    assert layout.paths_of(listed) == expected
+
+
+def test_paths_of_odd_paths() -> None:
+    """A newline, a leading dash, a comma, non-ASCII letters, one letter, a long path: read as parse reads them."""
+    saves = ["exec/-a\nä/-x\nsave é", "a", "exec/a,b/c", "é", "exec/" + "d/" * 60 + "f", "Ω≈/\u202e"]
+    listed = [layout.name(3, s, p) for s, p in enumerate(saves)]
+    assert layout.paths_of(listed) == saves
+    assert layout.paths_of(listed + [raw_name(3, 9, b"pub/x")]) is None
 
 
 @pytest.mark.parametrize(

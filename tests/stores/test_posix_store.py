@@ -420,3 +420,79 @@ def test_a_save_that_cannot_be_opened_is_its_error_in_its_place(
 def test_the_root_gone_is_each_saves_error(tmp_path: Path) -> None:
     store = PosixStore(str(tmp_path / "gone"))
     assert at_once(store, ["exec/A/x", "exec/A/y"]) == [alone(store, "exec/A/x")] * 2
+
+
+def held_and_measured(store: PosixStore, paths: list[str], measure: list[bool]) -> list[int | str | None]:
+    """What held_sizes says of each of ``paths``, an error as its class and message."""
+    return [
+        n if n is None or isinstance(n, int) else f"{type(n).__name__}: {n}"
+        for n in store.held_sizes(UNBOUNDED, paths, measure)
+    ]
+
+
+def asked_apart(store: PosixStore, paths: list[str], measure: list[bool]) -> list[int | str | None]:
+    """Whether each save is there (holds_all), then what each there holds (save_sizes), as status asked."""
+    held = store.holds_all(UNBOUNDED, paths)
+    sizes = iter(at_once(store, [p for p, h, m in zip(paths, held, measure) if h and m]))
+    return [(next(sizes) if m else 0) if h else None for h, m in zip(held, measure)]
+
+
+def test_saves_there_and_measured_at_once_as_asked_apart(
+    store: PosixStore, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32: status asks whether each save is there and what it holds at once, a save opened once: the
+    same answers as asking holds_all then save_sizes, for every kind of save (a file, links, dangling
+    links, a FIFO, gone, a save folder and a folder in it that cannot be opened), measured or not."""
+    paths = every_kind_of_save(root, tmp_path)
+    (root / "exec/A/locked/in").mkdir(parents=True)
+    (root / "exec/A/inner-locked/in").mkdir(parents=True)
+    real = posix.open
+
+    def refusing(path: str, *args: object, **kwargs: object) -> int:
+        last, dir_fd = path.rpartition("/")[2], kwargs.get("dir_fd")
+        inside = isinstance(dir_fd, int) and os.readlink(f"/proc/self/fd/{dir_fd}").endswith("/inner-locked")
+        if last == "locked" or (last == "in" and inside):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(posix, "open", refusing)
+    monkeypatch.setattr(os, "open", refusing)
+    paths = ["exec/A/locked", "exec/A/inner-locked", *paths]
+    for measure in ([True] * len(paths), [False] * len(paths), [i % 2 == 0 for i in range(len(paths))]):
+        expected = asked_apart(store, paths, measure)
+        assert held_and_measured(store, paths, measure) == expected
+        assert held_and_measured(store, paths[::-1], measure[::-1]) == expected[::-1]
+    everything = asked_apart(store, paths, [True] * len(paths))
+    assert everything[:2] == [
+        f"FileError: {root}/exec/A/{n}: Permission denied" for n in ("locked", "inner-locked")
+    ]
+    assert everything[14:17] == [None, None, None]  # gone, in an attempt gone, below a file
+
+
+def test_a_parent_that_cannot_be_searched_fails_as_holds_all_fails(store: PosixStore, root: Path) -> None:
+    """An attempt's folder the process may open but not search: whether a save is there cannot be told,
+    the same FileError as holds_all raises."""
+    (root / "exec/A/s").mkdir(parents=True)
+    real = posix.stat
+
+    def refusing(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        if path == "s":
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    real_open = posix.open
+
+    def refusing_open(path: str, *args: object, **kwargs: object) -> int:
+        if path == "s":
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as m:
+        for mod in (posix, os):
+            m.setattr(mod, "stat", refusing)
+            m.setattr(mod, "open", refusing_open)
+        with pytest.raises(FileError) as apart:
+            store.holds_all(UNBOUNDED, ["exec/A/s"])
+        with pytest.raises(FileError) as together:
+            store.held_sizes(UNBOUNDED, ["exec/A/s"], [True])
+    assert str(together.value) == str(apart.value) == f"{root}/exec/A/s: Permission denied"

@@ -26,10 +26,11 @@ from publish.ops.retention import Policy, Saves
 from publish.rules import layout
 from publish.rules.redact import shown
 from publish.rules.sizes import human
-from tests.conftest import REPO, base_env, command, run_cli
+from tests.conftest import REPO, base_env, command, need, run_cli
 from tests.support.s3roots import Root
 from tests.support.servers import S3Server, Weed
 from tests.support.trainer_saves import hf_save
+from tests.verbs.test_resolve_exists import open_command, open_root  # noqa: F401  (fixtures)
 
 #: A hostile attempt folder: a leading dash, a newline, a non-ASCII letter.
 ODD = "-a\nä"
@@ -116,6 +117,68 @@ def test_a_damaged_manifest_falls_back_to_the_files(root: Path) -> None:
     (root / "man" / made[1][2]).write_bytes(b'{"entry": 1e999}')
     p = status_json("-checkpoint", str(root))["publications"][0]
     assert (p["bytes"], p["bytes_from"]) == (made[1][1], "files")
+
+
+def as_nobody(cmd: tuple[list[str], Path], *args: str) -> subprocess.CompletedProcess[str]:
+    """``publish ARGS`` run as the unprivileged user ``nobody`` (setpriv), from the command's open folder."""
+    need(shutil.which("setpriv") is not None and os.geteuid() == 0, "setpriv, run as root")
+    words, folder = cmd
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/", "PYTHONPATH": str(folder)}
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    return subprocess.run(
+        [*nobody, *words, *args], env=env, cwd=folder, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_save_the_user_cannot_read_is_shown_with_its_size_not_known(
+    open_root: Path,  # noqa: F811
+    open_command: tuple[list[str], Path],  # noqa: F811
+) -> None:
+    """status as a user who may not read some saves resolve still answers: a save folder it cannot open
+    and one with a folder inside it cannot read are shown with their sizes not known and why; a manifest
+    it cannot read is passed over for the files; the other saves' sizes are told and status succeeds.
+    prune -keep-bytes counts such a save as 0 bytes, said, and removes nothing for it."""
+    root = open_root
+    made = published(root, {1: 100, 2: 200, 3: 300, 4: 400})
+    for step in (1, 2):
+        os.unlink(root / "man" / made[step][2])  # measured by their files
+    (made[1][0]).chmod(0o000)  # the save folder: nobody may not list it
+    (made[2][0] / "in").mkdir()
+    (made[2][0] / "in").chmod(0o000)  # a folder inside the save
+    (root / "man" / made[3][2]).chmod(0o000)  # the manifest
+    for folder in (root, root / "exec", root / "exec" / "a", root / "pub", root / "man"):
+        folder.chmod(0o755)
+    for step in (2, 3, 4):
+        made[step][0].chmod(0o755)
+        for f in made[step][0].iterdir():
+            if f.is_file():
+                f.chmod(0o644)
+    for f in (root / "pub").iterdir():
+        f.chmod(0o644)
+    (root / "man" / made[4][2]).chmod(0o644)
+    r = as_nobody(open_command, "status", "-checkpoint", str(root), "-json")
+    assert (r.returncode, r.stderr) == (0, ""), r
+    pubs = {p["step"]: p for p in json.loads(r.stdout)["publications"]}
+    assert (pubs[1]["exists"], pubs[1]["bytes"], pubs[1]["bytes_from"]) == (True, None, None)
+    assert pubs[1]["bytes_error"] == f"{made[1][0]}: Permission denied"
+    assert (pubs[2]["bytes"], pubs[2]["bytes_error"]) == (None, f"{made[2][0]}: Permission denied")
+    assert (pubs[3]["bytes"], pubs[3]["bytes_from"]) == (made[3][1], "files")
+    assert (pubs[4]["bytes"], pubs[4]["bytes_from"]) == (made[4][1], "manifest")
+    r = as_nobody(open_command, "status", "-checkpoint", str(root))
+    assert (r.returncode, r.stderr) == (0, ""), r
+    lines = r.stdout.splitlines()
+    assert f"  epoch 0 step 1 {made[1][0]} (exists), size not known: {made[1][0]}: Permission denied" in lines
+    assert f"  epoch 0 step 2 {made[2][0]} (exists), size not known: {made[2][0]}: Permission denied" in lines
+    assert f"  epoch 0 step 3 {made[3][0]} (exists), {human(made[3][1])} by its files" in lines
+    assert f"  epoch 0 step 4 {made[4][0]} (exists), {human(made[4][1])}" in lines
+    r = as_nobody(
+        open_command, "prune", "-checkpoint", str(root), "-keep", "4", "-keep-bytes", "1MB", "-dry-run"
+    )
+    assert (r.returncode, r.stdout) == (0, ""), r
+    assert (
+        f"prune: the size of {made[1][0]} cannot be told ({made[1][0]}: Permission denied): counted"
+        in r.stderr
+    )
 
 
 # ---------------------------------------------------------------------------------------- -keep-bytes
@@ -451,15 +514,18 @@ def test_mirror_keep_bytes_caps_the_mirror(weed: Weed, tmp_path: Path) -> None:
 
 def test_sizes_measured_at_once_fail_as_one_at_a_time_would() -> None:
     """Status measures the saves of many publications at once (POSIX): of two faults, the one of the newer
-    publication is said, as when each was measured in turn; a save the store cannot measure is said as not
-    known, not a failure."""
+    publication is said, as when each was measured in turn; a save the store cannot measure (a FIFO in it,
+    a folder of it this user may not read) is said as not known, not a failure; a manifest this user may
+    not read is passed over for the files."""
     import errno
 
     from publish.ops.capacity import sizes_of
     from publish.rules.deadline import UNBOUNDED
     from publish.rules.errors import Failure, FileError, StoreError
 
-    unreadable = FileError("/r/exec/A/s1", PermissionError(errno.EACCES, "Permission denied"), op="open")
+    unreadable = FileError("/r/exec/A/s1", OSError(errno.EIO, "Input/output error"), op="list")
+    denied = FileError("/r/exec/A/s4", PermissionError(errno.EACCES, "Permission denied"), op="open")
+    man_denied = FileError("/r/man/n5", PermissionError(errno.EACCES, "Permission denied"))
 
     class Store:
         def location(self, path: str) -> str:
@@ -469,6 +535,7 @@ def test_sizes_measured_at_once_fail_as_one_at_a_time_would() -> None:
             faults = {
                 "exec/A/s1": unreadable,
                 "exec/A/s3": Failure("/r/exec/A/s3/x is a FIFO, not a regular file"),
+                "exec/A/s4": denied,
             }
             return [faults.get(p, 7) for p in paths]
 
@@ -480,8 +547,12 @@ def test_sizes_measured_at_once_fail_as_one_at_a_time_would() -> None:
     with pytest.raises(StoreError) as failed:
         sizes_of(UNBOUNDED, Store(), names[1:], paths[1:], {"n2": down, "n3": None})  # type: ignore[arg-type]
     assert failed.value is down
-    sizes = sizes_of(UNBOUNDED, Store(), names[1:], paths[1:], {"n2": None, "n3": None})  # type: ignore[arg-type]
+    names, paths = [*names[1:], "n4", "n5"], [*paths[1:], "exec/A/s4", "exec/A/s5"]
+    read = {"n2": None, "n3": None, "n4": None, "n5": man_denied}
+    sizes = sizes_of(UNBOUNDED, Store(), names, paths, read)  # type: ignore[arg-type]
     assert [(s.bytes, s.source, s.why) for s in sizes] == [
         (7, "files", ""),
         (None, "", "/r/exec/A/s3/x is a FIFO, not a regular file"),
+        (None, "", "/r/exec/A/s4: Permission denied"),
+        (7, "files", ""),
     ]

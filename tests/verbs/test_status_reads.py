@@ -136,3 +136,31 @@ def test_sizes_without_manifests_cost_one_open_a_save(
     assert len(pubs) == len(paths)
     assert pubs[-1] == f"  epoch 0 step 1 {large}/exec/A/checkpoint-1 (exists), 1.52 kB by its files"
     assert all(line.endswith("(exists), 0 B by its files") for line in pubs[1:-1])
+
+
+def test_each_publications_line_is_its_records_text(tmp_path: Path) -> None:
+    """The text's publication lines are made without a record each (issue 32): the same lines as the records
+    say, for a save gone, one measured by its manifest, by its files, one whose size is not known, and odd
+    locations (a newline, a bidirectional control, a leading dash, non-ASCII letters)."""
+    from publish.ops.capacity import Size
+    from publish.stores.posix import PosixStore
+    from publish.verbs.status import Listing
+
+    store = PosixStore(str(tmp_path / "r\u202eot"))
+    saves = [ODD, "exec/A/checkpoint-9", "exec/Ω/x", "exec/A/-y", "exec/A/z", "exec/B/k"]
+    names = sorted(
+        (layout.name(e, s, p) for s, (e, p) in enumerate(zip([0, 7, 10**19, 0, 3, 0], saves))), reverse=True
+    )
+    paths = [layout.parse(n).path for n in names]
+    listing = Listing(store, names, paths, None)
+    sizes = [Size(5, "manifest"), None, Size(12_345_678, "files"), Size(None, "", "x: Permission denied"),
+             Size(0, "files"), Size(999_500, "manifest")]  # fmt: skip
+    for i, size in enumerate(sizes):
+        if size is not None:
+            listing.exists[i] = 1
+            listing.set_size(i, size)
+    expected = [p.text() for p in listing]
+    assert list(listing.lines()) == expected
+    assert any(line.endswith("(MISSING)") for line in expected)
+    assert any("size not known: x: Permission denied" in line for line in expected)
+    assert any(line.endswith(" by its files") for line in expected)
