@@ -27,10 +27,10 @@ from publish.rules import layout
 from publish.rules.redact import shown
 from publish.rules.sizes import human
 from tests.conftest import REPO, base_env, command, need, run_cli
+from tests.support.as_nobody import open_command, open_root  # noqa: F401  (fixtures)
 from tests.support.s3roots import Root
 from tests.support.servers import S3Server, Weed
 from tests.support.trainer_saves import hf_save
-from tests.verbs.test_resolve_exists import open_command, open_root  # noqa: F401  (fixtures)
 
 #: A hostile attempt folder: a leading dash, a newline, a non-ASCII letter.
 ODD = "-a\nä"
