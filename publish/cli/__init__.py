@@ -16,7 +16,7 @@ TYPE_CHECKING = (
     False  # typing and threading cost start-up time; mypy reads this block, the interpreter skips it
 )
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import NoReturn, TextIO
 
     from publish.ops.command import Command
@@ -67,9 +67,54 @@ def main(
     caught, then blocked, rather than restored, so a signal arriving after the work is done cannot change
     the exit status.
     """
+    say = _say(stdout, stderr)
+    if not argv or argv[0] not in VERBS:
+        return _not_a_verb(argv, say, stdout, stderr)
+    cmd = command(argv[0])
+    parsed = _parse(cmd, argv[1:], say, stderr)
+    if isinstance(parsed, int):
+        return parsed
+    restore = None
+    trap = cmd.trap() if cmd.traps and stop is None else None
+    if trap is not None:
+        from publish.cli import traps  # watch's and run's alone
 
-    # The line as it was made: the answer is never altered.  Only a raw control character left in it (every
-    # value is shown with redact.shown, so a correct line holds none) is escaped, so it stays one line.
+        restore = traps.divert(trap)
+        if restore is None:  # not the main thread, where alone a handler can be set
+            trap.stop.close()
+        else:
+            stop = trap.stop
+    args, dashdash = parsed
+
+    def call() -> Call:  # made where its failures are said
+        return Call(args, dashdash, env, cwd if cwd is not None else _cwd(), say, stop)
+
+    try:
+        return _run(cmd, call, say, stderr)
+    finally:
+        if restore:
+            if keep_traps:
+                _block_all()
+            else:
+                restore()
+
+
+def _cwd() -> str:
+    """The working folder, or roots.NO_CWD when it cannot be read (deleted under the job): only a relative
+    path needs it, as for a Go program."""
+    try:
+        return posix.getcwd()
+    except OSError:
+        from publish.rules.roots import NO_CWD
+
+        return NO_CWD
+
+
+def _say(stdout: TextIO, stderr: TextIO) -> Say:
+    """The command's lines: each as it was made (the answer is never altered).  Only a raw control character
+    left in one (every value is shown with redact.shown, so a correct line holds none) is escaped, so it
+    stays one line.  Warnings go to stderr after ``publish: ``."""
+
     def out(line: str) -> None:
         stdout.write(one_line(line) + "\n")
         stdout.flush()
@@ -82,6 +127,12 @@ def main(
         stderr.write("publish: " + one_line(line) + "\n")
         stderr.flush()
 
+    return Say(out, warn, out_lines)
+
+
+def _not_a_verb(argv: list[str], say: Say, stdout: TextIO, stderr: TextIO) -> int:
+    """A command line whose first word is none of VERBS: nothing, -h, the verbs main answers itself
+    (version, help, completion), or a word it does not know."""
     if not argv:
         stderr.write(verb_list())
         return 2
@@ -95,64 +146,51 @@ def main(
         from publish.cli import own  # version, help and completion: a verb's start needs none of it
 
         table = own.Table(VERBS, command, verb_list, _OWN)
-        return own.answer(verb, argv[1:], out, warn, stdout, stderr, table)
-    if verb not in VERBS:
-        warn(f"unknown verb {quoted(echo(verb))}")
-        stderr.write(verb_list())
-        return 2
+        return own.answer(verb, argv[1:], say.out, say.warn, stdout, stderr, table)
+    say.warn(f"unknown verb {quoted(echo(verb))}")
+    stderr.write(verb_list())
+    return 2
 
-    cmd = command(verb)
+
+def _parse(cmd: Command, given: list[str], say: Say, stderr: TextIO) -> tuple[list[str], bool] | int:
+    """The arguments left once ``cmd``'s flags are parsed from ``given``, and whether ``--`` came before
+    them; or the exit status of -h (0) or of a flag it refuses (2, said with the usage)."""
     try:
-        args = cmd.fs.parse(argv[1:])
+        args = cmd.fs.parse(given)
     except HelpRequested:
         stderr.write(cmd.usage())
         return 0
     except FlagError as e:
-        warn(str(usage_error(e)))
+        say.warn(str(usage_error(e)))
         stderr.write(cmd.usage())
         return 2
-    given = argv[1:]
     dashdash = len(given) > len(args) and given[len(given) - len(args) - 1] == "--"
-    restore = None
-    trap = cmd.trap() if cmd.traps and stop is None else None
-    if trap is not None:
-        from publish.cli import traps  # watch's and run's alone
+    return args, dashdash
 
-        restore = traps.divert(trap)
-        if restore is None:  # not the main thread, where alone a handler can be set
-            trap.stop.close()
-        else:
-            stop = trap.stop
+
+def _run(cmd: Command, call: Callable[[], Call], say: Say, stderr: TextIO) -> int:
+    """``cmd`` run on what ``call`` makes: its exit status, or each failure said in one line with its exit
+    status."""
     try:
-        call = Call(
-            args, dashdash, env, cwd if cwd is not None else posix.getcwd(), Say(out, warn, out_lines), stop
-        )
-        code = cmd.run(call)
+        return cmd.run(call())
     except UsageError as e:
-        warn(str(e))
+        say.warn(str(e))
         stderr.write(cmd.usage())
         return 2
     except PublishError as e:
-        warn(str(e))
+        say.warn(str(e))
         return e.exit_code
     except KeyboardInterrupt:
-        warn("interrupted")
+        say.warn("interrupted")
         return 1
     except OSError as e:
-        warn(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
+        say.warn(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
         return 1
     except Exception as e:  # never a traceback on a compute node's job log
         from publish.rules.redact import foreign  # an unexpected error's words may hold anything
 
-        warn(f"internal error: {type(e).__name__}: {foreign(str(e))}")
+        say.warn(f"internal error: {type(e).__name__}: {foreign(str(e))}")
         return 1
-    finally:
-        if restore:
-            if keep_traps:
-                _block_all()
-            else:
-                restore()
-    return code
 
 
 _blocked = False  #: set once main() has blocked every signal for the rest of the process (keep_traps)

@@ -70,12 +70,23 @@ if TYPE_CHECKING:
     Root = Union[PosixRoot, S3Root]
 
 
+#: The working folder when it cannot be read (deleted under the process, a parent made unsearchable): an
+#: absolute path needs none, a relative one is refused (clean_posix).  No path holds a NUL.
+NO_CWD = "\0"
+
+
 def clean_posix(path: str, cwd: str) -> str:
-    """``path`` made absolute against ``cwd`` and cleaned lexically; links are not resolved.
+    """``path`` made absolute against ``cwd`` and cleaned lexically; links are not resolved.  A relative
+    ``path`` when ``cwd`` is NO_CWD is a Failure naming it.
 
     As ``posixpath.normpath(posixpath.join(cwd, path))``, with any leading slashes made one (normpath keeps
     a leading //, which POSIX leaves implementation-defined), spelled out: posixpath imports os, whose
     import costs a sixth of a bare interpreter's start."""
+    if cwd == NO_CWD and not path.startswith("/"):
+        raise Failure(
+            f"{_shown(path)}: a relative path, and the working folder cannot be read (deleted?): give an "
+            "absolute path"
+        )
     joined = path if path.startswith("/") or not cwd else f"{cwd.removesuffix('/')}/{path}"
     absolute = joined.startswith("/")
     parts: list[str] = []

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from publish.rules import layout
-from tests.conftest import Result, run_cli
+from tests.conftest import REPO, Result, base_env, command, run_cli
 
 
 def entries(root: Path) -> list[str]:
@@ -540,3 +542,42 @@ def test_save_outside_an_s3_root_fails_before_any_credential_source(tmp_path: Pa
         "publish", "-checkpoint", "s3://bucket/run", "-creds", f"file:{tmp_path}/none", "s3://other/x", "1"
     )
     assert r.code == 1 and "not under the root" in r.err and "credentials" not in r.err
+
+
+def test_a_working_folder_deleted_under_the_job(tmp_path: Path) -> None:
+    """A job whose working folder was removed (a scratch folder cleaned under it) still resolves an absolute
+    -checkpoint, as a Go program does (it reads the working folder only for a relative path); a relative
+    one fails naming it.  (Before, both failed with "publish: No such file or directory".)"""
+    root = tmp_path / "ckpt"
+    save = root / "exec" / "A" / "checkpoint-1"
+    save.mkdir(parents=True)
+    (save / "model.bin").write_bytes(b"w")
+    r = run_cli("publish", "-checkpoint", str(root), "-epoch", "1", str(save), "1")
+    assert r.code == 0, r.err
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = (
+        "import os, subprocess, sys\n"
+        f"os.chdir({str(gone)!r}); os.rmdir({str(gone)!r})\n"
+        "sys.exit(subprocess.run(sys.argv[1:]).returncode)\n"
+    )
+    cmd = command() or [sys.executable, "-m", "publish"]
+    env = {**base_env(), "PYTHONPATH": str(REPO)}
+    ok = subprocess.run(
+        [sys.executable, "-c", script, *cmd, "resolve", "-checkpoint", str(root)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, f"{save}\n", "")
+    gone.mkdir()
+    bad = subprocess.run(
+        [sys.executable, "-c", script, *cmd, "resolve", "-checkpoint", "ckpt"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert bad.stderr == (
+        "publish: ckpt: a relative path, and the working folder cannot be read (deleted?): give an absolute path\n"
+    )
