@@ -68,6 +68,10 @@ def main(argv: list[str]) -> None:
             engine.step()
             engine.save_checkpoint(out)
         engine.destroy()
+    # The process group ended before the interpreter: left to exit, gloo's threads may still be joinable
+    # when their objects go, and a rank then aborts ("terminate called without an active exception").
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 def _pipeline(deepspeed: Any, torch: Any, out: str, steps: int, stage: int) -> None:
