@@ -104,11 +104,8 @@ def overlapped(
     names it or a folder around or inside it (a prune is removing it), or, read after that, the save is no
     longer what ``rows`` (its manifest) records, or (no rows) no longer there: a prune removed it before
     tomb/ was read, its tombstone dropped already."""
-    doomed = doomed_folders(dl, store)
-    if doomed.related(path):
+    if doomed_save(dl, store, doomed_folders(dl, store), path):
         return DOOMED
-    if len(doomed) and any(doomed.related(p) for p in through_links(dl, store, [path])):
-        return DOOMED  # a tombstone of the folder it lies in through a link: the prune does not see the link
     if rows:
         bad = store.check_rows(dl, path, list(rows), deep=False)
         if bad is not None:
@@ -185,6 +182,14 @@ def doomed_folders(dl: Deadline, store: Store) -> layout.Nest:
         except ValueError:
             continue
     return layout.Nest(folders)
+
+
+def doomed_save(dl: Deadline, store: Store, doomed: layout.Nest, path: str) -> bool:
+    """True when ``doomed`` (:func:`doomed_folders`) relates to the save at ``path``, or to the folder its
+    path leads to through a link (a prune records the folder itself, never the link)."""
+    if doomed.related(path):
+        return True
+    return bool(len(doomed)) and any(doomed.related(p) for p in through_links(dl, store, [path]))
 
 
 def through_links(dl: Deadline, store: Store, paths: list[str]) -> list[str]:

@@ -5,6 +5,7 @@ folder `resolve` answers with, and `resolve -verify` still answers it whole afte
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,13 @@ import pytest
 
 from publish.ops import Say
 from publish.ops.orphans import Orphans
+from publish.ops.publishing import Overlapped, publish_entry
 from publish.ops.retention import Policy, prune
 from publish.rules import layout
 from publish.rules.deadline import UNBOUNDED
 from publish.stores.posix import PosixStore
-from tests.conftest import Result, run_cli
+from tests.conftest import Result, run_cli, spawn
+from tests.support.trainer_saves import hf_save
 
 WAIT = 0.25  # the leftovers are older than -orphans-age 100ms once this has passed
 
@@ -162,6 +165,62 @@ def test_a_publication_through_a_link_and_a_prune_orphans_that_overlap_end_publi
             f"{root}/exec/current/checkpoint-6\n"
         )
     else:
-        assert "a prune" in published.err and "not published" in published.err, published
+        assert "a prune was removing it" in published.err, published
         assert layout.name(0, 6, "exec/current/checkpoint-6") not in os.listdir(root / "pub")
         assert run_cli("resolve", "-checkpoint", str(root)).out == f"{root}/exec/2/checkpoint-4\n"
+
+
+def test_a_save_a_cut_prune_was_removing_is_never_published_again_through_a_link(tmp_path: Path) -> None:
+    """A prune killed halfway through exec/A/checkpoint-5 left its tombstone and what is left of the folder,
+    which still looks whole; exec/current is a link to exec/A.  Neither watch (of exec/current) nor publish
+    publishes it through the link, and the next prune finishes removing it."""
+    root = _root(tmp_path)
+    saves = root / "exec/A"
+    hf_save(saves, 5)
+    hf_save(saves, 9)
+    (saves / "checkpoint-5" / "model.safetensors").unlink()  # removed before the kill
+    (root / "tomb").mkdir(exist_ok=True)
+    (root / "tomb" / layout.tomb_name("exec/A/checkpoint-5")).touch()
+    os.symlink("A", root / "exec/current")
+    current = root / "exec/current"
+    proc = spawn("watch", "-checkpoint", str(root), "-framework", "hf", "-attempt", "current")
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # the scan publishes checkpoint-9 (lines come in step order)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "checkpoint-5" not in first + out, (first, out, err)
+    assert f"{current}/checkpoint-9)" in first, (first, err)
+    said = f"publish: {current}/checkpoint-5: a prune was removing it (tomb/ names it, or a folder around or inside it): not published\n"
+    assert err.count(said) == 1, err
+    p = run_cli("publish", "-checkpoint", str(root), str(current / "checkpoint-5"), "5")
+    assert p.code == 1 and "a prune was removing it" in p.err and "publish prune" in p.err, p
+    r = run_cli("prune", "-checkpoint", str(root), "-keep", "1")
+    assert (r.code, r.out) == (0, f"removed {saves}/checkpoint-5\n"), r
+    assert run_cli("resolve", "-checkpoint", str(root)).out == f"{current}/checkpoint-9\n"
+
+
+def test_a_publication_through_a_link_whose_folder_a_prune_recorded_meanwhile_fails_naming_it(
+    tmp_path: Path,
+) -> None:
+    """The prune recorded exec/1234 (a leftover) and read pub/ again after this publication looked at tomb/
+    and before it made its entry: the publication sees the tombstone through the link, withdraws its entry
+    and fails naming the prune (the prune goes on to remove the folder)."""
+    root = _root(tmp_path)
+    _save(root, "exec/1234/checkpoint-6")
+    os.symlink("1234", root / "exec/current")
+    store = PosixStore(str(root))
+
+    class RecordedMeanwhile:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def create_entry(self, dl: Any, name: str) -> bool:
+            store.create_tombs(dl, [layout.tomb_name("exec/1234")])
+            return store.create_entry(dl, name)
+
+    out: list[str] = []
+    with pytest.raises(Overlapped, match="a prune was removing it"):
+        publish_entry(
+            UNBOUNDED, RecordedMeanwhile(), Say(out.append, out.append), 0, 6, "exec/current/checkpoint-6"
+        )  # type: ignore[arg-type]
+    assert out == [] and os.listdir(root / "pub") == [] and os.listdir(root / "man") == []
