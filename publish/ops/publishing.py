@@ -104,7 +104,7 @@ def overlapped(
     names it or a folder around or inside it (a prune is removing it), or, read after that, the save is no
     longer what ``rows`` (its manifest) records, or (no rows) no longer there: a prune removed it before
     tomb/ was read, its tombstone dropped already."""
-    if doomed_folders(dl, store).related(path):
+    if doomed_save(dl, store, doomed_folders(dl, store), path):
         return DOOMED
     if rows:
         bad = store.check_rows(dl, path, list(rows), deep=False)
@@ -182,6 +182,25 @@ def doomed_folders(dl: Deadline, store: Store) -> layout.Nest:
         except ValueError:
             continue
     return layout.Nest(folders)
+
+
+def doomed_save(dl: Deadline, store: Store, doomed: layout.Nest, path: str) -> bool:
+    """True when ``doomed`` (:func:`doomed_folders`) relates to the save at ``path``, or to the folder its
+    path leads to through a link (a prune records the folder itself, never the link)."""
+    if doomed.related(path):
+        return True
+    return bool(len(doomed)) and any(doomed.related(p) for p in through_links(dl, store, [path]))
+
+
+def through_links(dl: Deadline, store: Store, paths: list[str]) -> list[str]:
+    """The paths below the root that those of ``paths`` with a symbolic link on them lead to (an attempt's
+    folder that is a link to another's, a save that is a link to a sibling folder), in their order: what a
+    prune must keep, and a publication look for in tomb/, besides the paths the entries name.  Nothing on
+    S3, nor for a path that leads out of the root."""
+    real = getattr(store, "real_paths", None)
+    if real is None or not paths:
+        return []
+    return [p for p in real(dl, paths) if p is not None]
 
 
 def refuse_reserved(store: Store, path: str, what: str) -> None:

@@ -222,6 +222,8 @@ class Schedule:
         "uploads",
         "left",
         "notes",
+        "_paths",
+        "_linked",
     )
 
     def __init__(
@@ -235,7 +237,13 @@ class Schedule:
             more, kept_entries, self.notes = cap(keep, kept_entries, saves)
             self.gone = layout.oldest_first(self.gone + more)
         self.staying = {e.name for e in kept_entries}  # the names of the entries that stay
-        self.kept = kept = layout.Nest([k.path for k in kept_entries])
+        # What stays is also where a kept entry leads through a link (publish.ops.publishing.through_links):
+        # asked only when something may be removed (one lstat per kept entry on POSIX).
+        self._paths = [k.path for k in kept_entries]
+        self._linked = False
+        if saves is not None and (self.gone or tombs):
+            self._with_links(saves.dl, saves.store)
+        self.kept = kept = layout.Nest(self._paths)
         self.folders = unrelated(self.gone, kept)
         self.orphans: list[str] = []
         self.uploads: list[Upload] = []
@@ -248,6 +256,13 @@ class Schedule:
         self.stale = [f for f in tombs if f not in planned and kept.related(f)]
         self.resumed = sorted(f for f in tombs if f not in planned and not kept.related(f))
 
+    def _with_links(self, dl: Deadline, store: Store) -> None:
+        """Add to the kept paths where those with a link on them lead, once."""
+        from publish.ops.publishing import through_links
+
+        self._paths += through_links(dl, store, self._paths)
+        self._linked = True
+
     def removals(self) -> list[str]:
         return self.resumed + self.folders + self.orphans
 
@@ -255,6 +270,9 @@ class Schedule:
         """Add what -orphans removes (publish.ops.orphans): the folders after the others, the uploads."""
         from publish.ops.orphans import find
 
+        if not self._linked:
+            self._with_links(dl, store)
+            self.kept = layout.Nest(self._paths)
         found = find(dl, store, orphans, self.kept, self.resumed + self.folders, now)
         self.orphans, self.uploads, self.left = found.folders, found.uploads, found.left
 
@@ -440,7 +458,12 @@ def _named_since(dl: Deadline, store: Store, say: Say, sched: Schedule, now: lis
     fresh = [f for f in sched.folders + sched.orphans if f not in sched.recorded]
     if not fresh:
         return
-    named = layout.Nest([e.path for e in now])
+    from publish.ops.publishing import through_links  # an entry published since may name it through a link
+
+    paths = [e.path for e in now]
+    named = layout.Nest(
+        paths + through_links(dl, store, [e.path for e in now if e.name not in sched.staying])
+    )
     taken = {f for f in fresh if named.related(f)}
     if taken:
         sched.folders = [f for f in sched.folders if f not in taken]

@@ -8,7 +8,7 @@ import os
 
 from publish.frameworks import Framework
 from publish.ops import Say
-from publish.ops.publishing import DOOMED, doomed_folders, publish_entry
+from publish.ops.publishing import DOOMED, doomed_folders, doomed_save, publish_entry
 from publish.process.threads import Worker
 from publish.rules import layout
 from publish.rules.deadline import Deadline
@@ -187,7 +187,7 @@ class Watcher:
     def _publish(self, dl: Deadline, folder: str, path: str, step: int, doomed: layout.Nest) -> None:
         """Publish the whole save at ``path``, unless a prune is removing it or its name cannot be an
         entry's; a fault of its own is said, a fault of the store raised."""
-        if doomed.related(path):
+        if doomed_save(dl, self.store, doomed, path):
             # A prune killed while removing it left its tombstone: what is left of it may look whole
             # and is not; the next prune finishes removing it.
             self._once(folder, "doomed", f"{self._where(folder)}: {DOOMED}: not published")

@@ -319,6 +319,9 @@ class Nest:
             if not self._outer or not k.startswith(self._outer[-1] + "\0"):
                 self._outer.append(k)
 
+    def __len__(self) -> int:
+        return len(self._keys)
+
     def related(self, path: str) -> bool:
         k = _key(path)
         i = self._left(self._keys, k)

@@ -73,6 +73,34 @@ class PosixStore:
         """:meth:`holds` of each of ``paths``, in their order, each parent folder opened once."""
         return [st is not None for st in self._dirs.lstat_all(paths)]
 
+    def real_paths(self, dl: Deadline, paths: list[str]) -> list[str | None]:
+        """For each of ``paths``, in their order, the path below the root that it leads to through a symbolic
+        link on it (an attempt's folder that is a link to another's, a save that is a link to a sibling),
+        or None: no link on it, nothing there, or it leads out of the root (not in the Store protocol: a
+        prune asks if the store has it; S3 has no links).  Each parent folder is resolved once, then each
+        name looked up in it with one ``lstat``."""
+        import posixpath
+
+        top = posixpath.realpath(self.root)
+        parents: dict[str, str] = {}
+        found: list[str | None] = []
+        for path in paths:
+            parent, _, name = path.rpartition("/")
+            real_parent = parents.get(parent)
+            if real_parent is None:
+                real_parent = parents[parent] = posixpath.realpath(posixpath.join(self.root, parent))
+            real = posixpath.join(real_parent, name)
+            try:
+                st = os.lstat(real)
+            except OSError:
+                st = None
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                real = posixpath.realpath(real)
+            rel = posixpath.relpath(real, top)
+            outside = rel in (".", "..") or rel.startswith("../")
+            found.append(None if outside or rel == path else rel)
+        return found
+
     def list_folders(
         self, dl: Deadline, path: str, unexamined: list[tuple[str, str]] | None = None
     ) -> list[str]:

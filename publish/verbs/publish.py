@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from publish.ops import Say, command, scan_flags
-from publish.ops.publishing import DOOMED, doomed_folders, publish_entry, refuse_reserved
+from publish.ops.publishing import DOOMED, doomed_folders, doomed_save, publish_entry, refuse_reserved
 from publish.rules import layout, roots
 from publish.rules.deadline import Deadline
 from publish.rules.errors import Failure, UsageError
@@ -21,7 +21,7 @@ def publish(dl: Deadline, store: Store, say: Say, path: str, epoch: int, step: i
     store.check_root(dl)
     if not store.holds(dl, path):
         raise Failure(f"save {shown(store.location(path))} does not exist")
-    if doomed_folders(dl, store).related(path):
+    if doomed_save(dl, store, doomed_folders(dl, store), path):
         raise Failure(f"save {shown(store.location(path))}: {DOOMED}; run publish prune to finish it first")
     if publish_entry(dl, store, say, epoch, step, path):
         _outranked(dl, store, say, epoch)
