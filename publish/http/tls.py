@@ -88,6 +88,8 @@ class Conn:
             return int(self.obj.read(len(buf), buf))
         except (ZeroReturn, RaggedEOF):
             return 0
+        except WantRead:  # no application data yet on a socket that does not wait (timeout 0), as a socket's
+            raise BlockingIOError from None
 
     def sendall(self, data: bytes | memoryview) -> None:
         view = memoryview(data)

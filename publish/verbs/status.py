@@ -11,7 +11,7 @@ from publish.ops import Say, command, scan_flags
 from publish.ops.capacity import Size, policy_text, save_size, size_note, space, space_line
 from publish.ops.idle import MARK
 from publish.ops.mirror_flags import MirrorFlags
-from publish.ops.retention import NoSaves, Policy, Saves, Schedule, would_remove
+from publish.ops.retention import STALE_TOMB_AGE, NoSaves, Policy, Saves, Schedule, would_remove
 from publish.ops.retention_flags import RetentionFlags
 from publish.rules import layout
 from publish.rules.deadline import Deadline
@@ -95,6 +95,43 @@ class Folder:
 
     def text(self) -> str:
         return f"  {shown(self.location)}"
+
+
+class Tomb(Folder):
+    """A folder recorded in tomb/; ``related``: a publication names, holds or lies in it, so a prune that
+    keeps that publication leaves the folder in place, and the tombstone until it is STALE_TOMB_AGE old (it
+    may be a running prune's); ``written``: then, when the tombstone was written (None: gone meanwhile)."""
+
+    __slots__ = ("related", "written", "age")
+
+    def __init__(self, store: Store, path: str, related: bool, written: float | None, now: float) -> None:
+        super().__init__(store, path)
+        self.related = related
+        self.written = written
+        self.age = None if written is None else max(now - written, 0.0)
+
+    def json(self) -> dict[str, Any]:
+        doc = {
+            "path": self.path,
+            "location": self.location,
+            "related": self.related,
+            "time": None,
+            "age": None,
+        }
+        if self.written is not None and self.age is not None:
+            from publish.rules.timestamps import rfc3339
+
+            doc.update(time=rfc3339(self.written), age=round(self.age, 3))
+        return doc
+
+    def text(self) -> str:
+        where = shown(self.location)
+        if self.age is None:
+            return f"  {where}"
+        if self.age >= STALE_TOMB_AGE:
+            return f"  {where} (the tombstone is over an hour old: the next prune drops it)"
+        minutes = int(self.age // 60)
+        return f"  {where} (the tombstone is {minutes} minute{'' if minutes == 1 else 's'} old)"
 
 
 class Unreadable(Folder):
@@ -484,7 +521,7 @@ class Report:
         self.failed: str | None = None
         self.listing = listing
         self.exec = Exec()
-        self.tombs: list[Folder] = []
+        self.tombs: list[Tomb] = []
         self.prune: Plan | None = None
         self.idle = Idle(None, 0, 0)
         self.now = now
@@ -539,10 +576,7 @@ class Report:
             yield from pubs.lines() if len(pubs) else ["  (none)"]
             yield self.space_line()
             yield from self.exec.text(root, self.only)
-            yield from _section(
-                f"tombstones in {shown(root + '/' + TOMB)} (an interrupted prune; the next prune finishes them):",
-                [t.text() for t in self.tombs],
-            )
+            yield from self.tombs_text(root)
         mirror = self.mirror
         if mirror is not None:
             yield from _section(
@@ -555,6 +589,23 @@ class Report:
         if mirror is not None:
             yield f"the mirror {shown(mirror.store.root)}:"
             yield from ("  " + line for line in mirror.text())
+
+    def tombs_text(self, root: str) -> Iterator[str]:
+        """The tombstones: those the next prune finishes, then those whose folder a publication relates to."""
+        where = shown(root + "/" + TOMB)
+        finished = [t.text() for t in self.tombs if not t.related]
+        kept = [t.text() for t in self.tombs if t.related]
+        if finished or not kept:
+            yield from _section(
+                f"tombstones in {where} (an interrupted prune; the next prune finishes them):", finished
+            )
+        if kept:
+            yield (
+                f"tombstones in {where} whose folder a publication names, holds or lies in (a prune that keeps "
+                "the publication leaves the folder in place, and the tombstone until it is an hour old: it may "
+                "be a running prune's, which removes the folder):"
+            )
+            yield from kept
 
     def space_line(self) -> str:
         """capacity.space_line of what the publications hold: it counts those whose size is told."""
@@ -596,13 +647,26 @@ def collect(
         measure(dl, store, listing)  # each one's bytes: one manifest read each
     report = Report(store, only, listing, now)
     report.exec = _Scan(dl, store, only, paths, tombs).run()
-    report.tombs = [Folder(store, f) for f in tombs]  # listed as tombstones, not as saves or leftovers
+    if tombs:  # listed as tombstones, not as saves or leftovers
+        report.tombs = _tombs(dl, store, tombs, paths, now)
     report.idle = _idle(listing, report.exec.files)
     if marks is not None:
         marks.extend(name for name in report.exec.files if name.startswith(MARK))
     if keep is not None:
         report.prune = _plan(dl, store, keep, report, tombs)
     return report
+
+
+def _tombs(dl: Deadline, store: Store, tombs: list[str], paths: list[str], now: float) -> list[Tomb]:
+    """The tombstones' records: whether a publication (of ``paths``) relates to each folder, and for those
+    that one does, when the tombstone was written (tomb/ listed once more, only then)."""
+    nest = layout.Nest(paths)
+    related = [nest.related(f) for f in tombs]
+    times = store.tomb_times(dl) if any(related) else {}
+    return [
+        Tomb(store, f, rel, times.get(layout.tomb_name(f)) if rel else None, now)
+        for f, rel in zip(tombs, related)
+    ]
 
 
 def _names(dl: Deadline, store: Store, timed: bool) -> tuple[list[str], dict[str, float] | None]:

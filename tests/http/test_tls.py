@@ -7,13 +7,15 @@ import select
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from publish.http import net, streams, tls
-from tests.support.netfixtures import TestCA
+from tests.support.netfixtures import Proxy, TestCA
 
 
 def test_the_client_context_verifies_chain_and_name_from_tls_1_2() -> None:
@@ -141,9 +143,25 @@ def _late_session_ticket(conn: ssl.SSLSocket) -> None:
     assert lib.SSL_new_session_ticket(ssl_ptr) == 1 and lib.SSL_do_handshake(ssl_ptr) == 1
 
 
-def _idle_then(ca: TestCA, between: Callable[[ssl.SSLSocket], None]) -> tuple[list[bytes], int]:
+Route = tuple[TestCA, dict[str, Any]]  # the test CA, and the Connector's arguments to reach its server
+
+
+@pytest.fixture(params=["direct", "via http proxy", "via https proxy"])
+def route(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Route]:
+    """The test CA and the Connector's arguments to reach a server it certifies: directly, or through a
+    proxy's tunnel (TLS to the server inside the CONNECT tunnel, itself inside TLS to an https proxy)."""
+    ca = TestCA(tmp_path)
+    if request.param == "direct":
+        yield ca, {"cafile": ca.pem}
+        return
+    with Proxy(tls=ca if request.param == "via https proxy" else None) as proxy:
+        yield ca, {"cafile": ca.pem, "proxy": proxy.url, "env": {"SSL_CERT_FILE": ca.pem}}
+
+
+def _idle_then(route: Route, between: Callable[[ssl.SSLSocket], None]) -> tuple[list[bytes], int]:
     """Two requests on one connector, the server sending ``between`` while the connection is idle: the
     bodies answered and how many connections the server took (it answers "second" on either)."""
+    ca, how = route
     sent = threading.Event()
 
     def first(conn: ssl.SSLSocket) -> None:
@@ -160,43 +178,50 @@ def _idle_then(ca: TestCA, between: Callable[[ssl.SSLSocket], None]) -> tuple[li
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
 
     port, taken = serve(ca, [first, second])
-    conn = net.Connector(f"https://127.0.0.1:{port}", cafile=ca.pem)
+    conn = net.Connector(f"https://127.0.0.1:{port}", **how)
     bodies = [conn.request("GET", "/", {}, timeout=10).body]
     assert sent.wait(10)
     stream = conn._stream
-    assert isinstance(stream, streams.SockStream)
-    assert select.select([stream.sock], [], [], 10)[0]  # what the server sent is there to be read
+    assert stream is not None
+    # What the server sent is there to be read: on the socket, or (TLS in a proxy's tunnel) come in with the
+    # answer and waiting in the TLS layer's buffer.
+    buffered = stream._in if isinstance(stream, streams.TLSStream) else None
+    sock = (stream.inner if isinstance(stream, streams.TLSStream) else stream).sock
+    deadline = time.monotonic() + 10
+    while not (buffered is not None and buffered.pending) and not select.select([sock], [], [], 0.05)[0]:
+        assert time.monotonic() < deadline
     bodies.append(conn.request("GET", "/", {}, timeout=10).body)
     conn.close()
     return bodies, len(taken)
 
 
-def test_a_late_session_ticket_on_an_idle_connection_does_not_end_it(tmp_path: Path) -> None:
-    assert _idle_then(TestCA(tmp_path), _late_session_ticket) == ([b"first", b"second"], 1)
+def test_a_late_session_ticket_on_an_idle_connection_does_not_end_it(route: Route) -> None:
+    assert _idle_then(route, _late_session_ticket) == ([b"first", b"second"], 1)
 
 
-def test_an_idle_connection_the_server_closed_is_reopened(tmp_path: Path) -> None:
+def test_an_idle_connection_the_server_closed_is_reopened(route: Route) -> None:
     def close(conn: ssl.SSLSocket) -> None:
+        conn.settimeout(0.5)  # unwrap waits for the client's close_notify, which comes only once it reopens
         conn.unwrap().close()  # close_notify, then the end of TCP
         raise OSError("closed")
 
-    assert _idle_then(TestCA(tmp_path), close) == ([b"first", b"second"], 2)
+    assert _idle_then(route, close) == ([b"first", b"second"], 2)
 
 
-def test_an_idle_connection_the_server_cut_is_reopened(tmp_path: Path) -> None:
+def test_an_idle_connection_the_server_cut_is_reopened(route: Route) -> None:
     def cut(conn: ssl.SSLSocket) -> None:
         raw = socket.socket(fileno=conn.detach())  # no close_notify
         raw.shutdown(socket.SHUT_RDWR)
         raw.close()
         raise OSError("cut")
 
-    assert _idle_then(TestCA(tmp_path), cut) == ([b"first", b"second"], 2)
+    assert _idle_then(route, cut) == ([b"first", b"second"], 2)
 
 
-def test_bytes_sent_on_an_idle_connection_end_it(tmp_path: Path) -> None:
+def test_bytes_sent_on_an_idle_connection_end_it(route: Route) -> None:
     """Application data nobody asked for (here a whole answer): the connection is out of step."""
 
     def stray(conn: ssl.SSLSocket) -> None:
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray")
 
-    assert _idle_then(TestCA(tmp_path), stray) == ([b"first", b"second"], 2)
+    assert _idle_then(route, stray) == ([b"first", b"second"], 2)

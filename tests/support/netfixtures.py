@@ -273,6 +273,7 @@ class ProxyHandler(_Base):
         with owner.lock:
             owner.connects.append(self.path)
             owner.seen.append(Seen("CONNECT", self.path, {k.lower(): v for k, v in self.headers.items()}))
+            owner.peers.append(self.client_address)
         self.close_connection = True
         if owner.refuse:
             # The reason phrase's UTF-8 bytes as they are on the wire (http.server writes latin-1).
@@ -303,6 +304,7 @@ class ProxyHandler(_Base):
             owner.seen.append(
                 Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
             )
+            owner.peers.append(self.client_address)
         url = urlsplit(self.path)
         if url.scheme != "http" or url.hostname is None:
             self.send_error(400, "absolute-form http URL expected")
@@ -334,8 +336,9 @@ class ProxyHandler(_Base):
 
 class Proxy(_Running):
     """An http:// (or, with ``tls``, https://) proxy.  ``connects``: the CONNECT targets; ``forwards``:
-    the absolute-form request lines; ``seen``: every request, headers and body included; ``refuse``: a
-    status to answer every CONNECT with (may be set while it runs), with ``reason`` as its reason phrase."""
+    the absolute-form request lines; ``seen``: every request, headers and body included, and ``peers`` the
+    client address each came from (as :class:`Server`'s); ``refuse``: a status to answer every CONNECT with
+    (may be set while it runs), with ``reason`` as its reason phrase."""
 
     handler = ProxyHandler
 
@@ -345,6 +348,7 @@ class Proxy(_Running):
         self.connects: list[str] = []
         self.forwards: list[str] = []
         self.seen: list[Seen] = []
+        self.peers: list[tuple[str, int]] = []
         super().__init__(tls)
 
     def paths(self) -> list[tuple[str, str]]:
@@ -377,13 +381,16 @@ class TLSFront(Listening):
 class Canned(Listening):
     """A loopback HTTP server that answers the n-th request with ``answers[n]`` byte for byte, and closes
     the connection after an answer in ``close_after`` (by index) or once the answers run out.  Each request is
-    read as its head up to the empty line plus a Content-Length body; ``heads`` lists them, ``connections``
-    counts the connections accepted.  A context manager; ``url`` is http://127.0.0.1:PORT."""
+    read as its head up to the empty line plus a Content-Length body; ``heads`` lists them, ``peers`` the
+    client address each came from (one connection's requests share it), ``connections`` counts the
+    connections accepted, a stranger's too (see :class:`Server`).  A context manager; ``url`` is
+    http://127.0.0.1:PORT."""
 
     def __init__(self, answers: list[bytes], close_after: tuple[int, ...] = ()) -> None:
         self.answers = answers
         self.close_after = close_after
         self.heads: list[bytes] = []
+        self.peers: list[tuple[str, int]] = []
         self.connections = 0
         self.lock = threading.Lock()
         self._listen()
@@ -397,6 +404,10 @@ class Canned(Listening):
         conn.settimeout(10)
         data = b""
         with conn:
+            try:
+                peer = conn.getpeername()
+            except OSError:
+                return
             while True:
                 try:
                     while b"\r\n\r\n" not in data:
@@ -416,6 +427,7 @@ class Canned(Listening):
                     with self.lock:
                         n = len(self.heads)
                         self.heads.append(head)
+                        self.peers.append(peer)
                     if n >= len(self.answers):
                         return
                     conn.sendall(self.answers[n])

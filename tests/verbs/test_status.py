@@ -96,7 +96,16 @@ def expected(root: str, keep: int | None) -> dict[str, Any]:
         ],
         "unnamed": [{"path": "exec/A/junk", "location": loc("exec/A/junk")}],
         "unreadable": [],
-        "tombstones": [{"path": "exec/old/checkpoint-0", "location": loc("exec/old/checkpoint-0")}],
+        "tombstones": [
+            # no publication relates to its folder: the next prune removes it (its time is not read)
+            {
+                "path": "exec/old/checkpoint-0",
+                "location": loc("exec/old/checkpoint-0"),
+                "related": False,
+                "time": None,
+                "age": None,
+            }
+        ],
         "idle": {
             "save": "exec/C/sub/checkpoint-6",
             "location": loc("exec/C/sub/checkpoint-6"),
@@ -254,6 +263,63 @@ def test_status_looks_into_the_last_attempts_only(tmp_path: Path, monkeypatch: p
     assert d["saves"] == [] and d["unnamed"] == []
     r = run_cli("status", "-checkpoint", str(root))
     assert f"saves not published under {root}/exec/ (4 attempts, the last 2 by name looked into)" in r.lines
+
+
+def test_a_tombstone_a_publication_relates_to_is_said_as_the_next_prune_treats_it(tmp_path: Path) -> None:
+    """A folder an interrupted (or running) prune recorded that a publication names: a prune keeping that
+    publication leaves the folder, and the tombstone until it is an hour old.  status says so, with the
+    tombstone's age, and the prune that follows does what it said."""
+    import os
+    import time
+
+    root = posix_root(tmp_path)
+    young, old = "exec/A/checkpoint-2", "exec/C/sub/checkpoint-6"  # both published
+    for path in (young, old):
+        (root / "tomb" / layout.tomb_name(path)).touch()
+    hours_ago = time.time() - 7200
+    os.utime(root / "tomb" / layout.tomb_name(old), (hours_ago, hours_ago))
+    os.utime(root / "tomb" / layout.tomb_name(young), (time.time() - 600, time.time() - 600))
+    before = tree(root)
+    r = run_cli("status", "-checkpoint", str(root))
+    assert (r.code, r.err) == (0, ""), r.err
+    at = r.lines.index(f"tombstones in {root}/tomb (an interrupted prune; the next prune finishes them):")
+    assert r.lines[at + 1 : at + 5] == [
+        f"  {root}/exec/old/checkpoint-0",
+        f"tombstones in {root}/tomb whose folder a publication names, holds or lies in (a prune that keeps "
+        "the publication leaves the folder in place, and the tombstone until it is an hour old: it may be a "
+        "running prune's, which removes the folder):",
+        f"  {root}/{young} (the tombstone is 10 minutes old)",
+        f"  {root}/{old} (the tombstone is over an hour old: the next prune drops it)",
+    ]
+    tombs = {t["path"]: t for t in doc(run_cli("status", "-checkpoint", str(root), "-json"))["tombstones"]}
+    assert (tombs[young]["related"], tombs[old]["related"]) == (True, True)
+    assert 600 <= tombs[young]["age"] < 700 and 7200 <= tombs[old]["age"] < 7300
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", tombs[old]["time"])
+    assert (tombs["exec/old/checkpoint-0"]["related"], tombs["exec/old/checkpoint-0"]["age"]) == (False, None)
+    assert tree(root) == before  # status wrote nothing
+    p = run_cli("prune", "-checkpoint", str(root), "-keep", "3")  # keeps both publications
+    assert p.code == 0, p.err
+    assert sorted(os.listdir(root / "tomb")) == [layout.tomb_name(young)]  # the old one dropped
+    assert (root / young).is_dir() and (root / old).is_dir() and not (root / "exec/old/checkpoint-0").exists()
+
+
+def test_status_reads_the_tombstones_times_only_when_a_publication_relates_to_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need(command() is None, "counts the in-process command's reads")
+    calls: list[int] = []
+    real = PosixStore.tomb_times
+
+    def tomb_times(self: PosixStore, dl: Deadline) -> dict[str, float]:
+        calls.append(1)
+        return real(self, dl)
+
+    monkeypatch.setattr(PosixStore, "tomb_times", tomb_times)
+    root = posix_root(tmp_path)  # one tombstone, of a folder no publication relates to
+    assert run_cli("status", "-checkpoint", str(root)).code == 0
+    (root / "tomb" / layout.tomb_name("exec/A/checkpoint-2")).touch()
+    assert run_cli("status", "-checkpoint", str(root)).code == 0
+    assert calls == [1]  # the second status only, once
 
 
 # -- S3 -------------------------------------------------------------------------------------------------
