@@ -79,6 +79,8 @@ def pending_of(
             break  # the mirror keeps no more, or no entry below is pending either way
         tier = fast_held if unmirrored else mirror_held
         held = tier(entry.path) and not (unmirrored and failing and entry.name in failing)
+        if held and not unmirrored:  # as the mirror's prune counts: a damaged save there counts for nothing
+            held = _intact(tier, entry)
         if held and keep_bytes is not None:
             n = _bytes(tier, entry)
             if found and total + n > keep_bytes:
@@ -118,6 +120,13 @@ def whole_on(dl: Deadline, mirror: Store) -> Whole:
         return mirror.check_rows(dl, entry.path, rows, deep=False) is None
 
     return whole
+
+
+def _intact(tier: Held, entry: layout.Entry) -> bool:
+    """Whether the save of ``entry`` matches its manifest's sizes, asked of ``tier`` when it can tell
+    (publish.ops.retention.Saves.intact), else taken as so."""
+    intact = getattr(tier, "intact", None)
+    return True if intact is None else bool(intact(entry))
 
 
 def _bytes(tier: Held, entry: layout.Entry) -> int:

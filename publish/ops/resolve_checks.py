@@ -22,23 +22,34 @@ def verified(dl: Deadline, store: Store, say: Say, entry: layout.Entry, deep: bo
     has none (said on stderr: roots written before manifests keep working).  Else False, said on stderr
     with the first bad file, or the manifest, and why.  A fault of the store itself is raised."""
     loc = shown(store.location(f"{PUB}/{entry.name}"))
+    why = mismatch(dl, store, entry, deep)
+    if why is None:
+        man = store.location(f"{MAN}/{entry.name}")
+        say.warn(f"resolve: {loc} has no manifest ({shown(man)}): not verified")
+        return True
+    if why:
+        say.warn(f"resolve: passing over {loc}: {why}")
+        return False
+    return True
+
+
+def mismatch(dl: Deadline, store: Store, entry: layout.Entry, deep: bool) -> str | None:
+    """How the save of ``entry`` differs from its manifest (``deep``: the digests too), as ``resolve -verify``
+    sees it: the first bad file, or the manifest, and why; "" when it matches; None when the entry has no
+    manifest.  A fault of the store itself is raised.  Retention asks it too (publish.ops.retention.Saves),
+    so a prune counts as kept only saves ``resolve -verify`` would answer."""
     man = store.location(f"{MAN}/{entry.name}")
     try:
         data = store.read_manifest(dl, entry.name, manifest.MANIFEST_LIMIT)
         if data is None:
-            say.warn(f"resolve: {loc} has no manifest ({shown(man)}): not verified")
-            return True
+            return None
         rows = manifest.decode(entry.name, data, man)
     except Failure as e:
         if isinstance(e, StoreError) and not isinstance(e, FileError) and e.limit is None:
             raise  # the store failing says nothing about this entry
-        say.warn(f"resolve: passing over {loc}: {e}")
-        return False
+        return str(e)
     bad = store.check_rows(dl, entry.path, rows, deep)
-    if bad is None:
-        return True
-    say.warn(f"resolve: passing over {loc}: {shown(bad[0])}: {bad[1]}")
-    return False
+    return "" if bad is None else f"{shown(bad[0])}: {bad[1]}"
 
 
 def unpublished_saves(dl: Deadline, store: Store) -> int:

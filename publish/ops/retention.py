@@ -92,7 +92,7 @@ class Saves:
     raised: "I cannot tell" is never taken for "gone".  ``sizes``: what each save holds, by entry name
     (-keep-bytes), read at most once each (:meth:`size`)."""
 
-    __slots__ = ("dl", "store", "known", "sizes")
+    __slots__ = ("dl", "store", "known", "sizes", "intact_of", "damaged")
 
     def __init__(
         self,
@@ -105,6 +105,25 @@ class Saves:
         self.store = store
         self.known: dict[str, bool] = dict(known or {})
         self.sizes: dict[str, Size] = dict(sizes or {})
+        self.intact_of: dict[str, bool] = {}  # by entry name: its save matches its manifest's sizes
+        self.damaged: list[str] = []  # what was said of each save counted for nothing as damaged
+
+    def intact(self, entry: layout.Entry) -> bool:
+        """Whether the save of ``entry`` (which exists) is as its manifest records it (each file there, of
+        its size), as ``resolve -verify`` checks it (publish.ops.resolve_checks.mismatch); one without a
+        manifest is.  Asked once an entry; a damaged one is noted in :attr:`damaged`."""
+        ok = self.intact_of.get(entry.name)
+        if ok is None:
+            from publish.ops.resolve_checks import mismatch
+
+            why = mismatch(self.dl, self.store, entry, deep=False)
+            ok = self.intact_of[entry.name] = not why
+            if why:
+                where = shown(self.store.location(f"{PUB}/{entry.name}"))
+                self.damaged.append(
+                    f"prune: {where}: {why}: counted for nothing (resolve -verify passes it over), left in place"
+                )
+        return ok
 
     def size(self, entry: layout.Entry) -> Size:
         """What the save of ``entry`` (which exists) holds (publish.ops.capacity.save_size)."""
@@ -156,25 +175,29 @@ def split(
     """The entries to remove (oldest first) and those that stay: the latest ``keep`` (at least one), and
     what a :class:`Policy` also keeps.  O(n log n).
 
-    With ``saves``, the latest ``keep`` are counted among the entries whose save exists, newest first, as
-    ``resolve`` looks (so the save it answers with always stays); an entry newer than the last of them whose
-    save is gone counts for nothing and stays in place (it names nothing a prune could remove, and a save
-    that comes back, an unmounted filesystem mounted again, is still published).  Only the entries down to
-    the last kept one are asked about.  When none of the entries has its save, NoSaves."""
+    With ``saves``, the latest ``keep`` are counted among the entries whose save exists and matches its
+    manifest's sizes, newest first, as ``resolve`` and ``resolve -verify`` look (so the save either answers
+    with always stays); an entry newer than the last of them whose save is gone or damaged counts for
+    nothing and stays in place (it names nothing a prune could remove, and a save that comes back, an
+    unmounted filesystem mounted again, is still published).  Only the entries down to the last kept one
+    are asked about.  When none of the entries has its save, NoSaves."""
     policy = keep if isinstance(keep, Policy) else Policy(keep)
     ordered = layout.oldest_first(entries)
     want = max(policy.keep, 1)
     if saves is None:
         cut = max(len(ordered) - want, 0)
     else:
-        cut, found = 0, 0
+        cut, found, there = 0, 0, False
         for i in range(len(ordered) - 1, -1, -1):
             if saves(ordered[i].path):
+                there = True
+                if not saves.intact(ordered[i]):
+                    continue
                 found += 1
                 if found == want:
                     cut = i
                     break
-        if ordered and not found:
+        if ordered and not there:
             raise saves.none_exist(ordered[::-1])
     gone: list[layout.Entry] = []
     kept = ordered[cut:]
@@ -230,11 +253,14 @@ class Schedule:
         self, entries: list[layout.Entry], tombs: list[str], keep: int | Policy, saves: Saves | None = None
     ) -> None:
         self.gone, kept_entries = split(entries, keep, saves)
-        self.notes: list[str] = []  # said on stderr: what -keep-bytes kept over its cap, or could not measure
+        # said on stderr: the damaged saves counted for nothing, what -keep-bytes kept over its cap, or could
+        # not measure
+        self.notes: list[str] = list(saves.damaged) if saves is not None else []
         if isinstance(keep, Policy) and keep.bytes is not None and saves is not None:
             from publish.ops.capacity import cap
 
-            more, kept_entries, self.notes = cap(keep, kept_entries, saves)
+            more, kept_entries, notes = cap(keep, kept_entries, saves)
+            self.notes += notes
             self.gone = layout.oldest_first(self.gone + more)
         self.staying = {e.name for e in kept_entries}  # the names of the entries that stay
         # What stays is also where a kept entry leads through a link (publish.ops.publishing.through_links):

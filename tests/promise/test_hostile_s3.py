@@ -52,6 +52,10 @@ class Request:
 Reply = Callable[["Handler", Request], None]
 
 
+#: A GET of a key that is not there.
+NO_SUCH_KEY = b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>NoSuchKey</Code></Error>"
+
+
 @dataclass
 class Hostile:
     """A loopback "S3": ``reply(handler, request)`` writes each answer; ``seen`` lists the requests and
@@ -268,7 +272,9 @@ def test_prune_deletes_no_object_of_a_folder_whose_listing_holds_a_key_outside_i
     deleted: set[str] = set()
 
     def reply(h: Handler, req: Request) -> None:
-        if req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/pub/":
+        if req.kind == "GET" and req.path.startswith(f"{PREFIX}/man/"):
+            h.answer(404, NO_SUCH_KEY)  # entries made before manifests: a prune has nothing to check
+        elif req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/pub/":
             names = [f"{PREFIX}/pub/{entry(1)}", f"{PREFIX}/pub/{entry(2)}"]
             h.answer(200, listing([n for n in names if n not in deleted]))
         elif req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/tomb/":
@@ -683,7 +689,9 @@ def test_prune_orphans_leaves_a_folder_whose_path_no_tombstone_can_name(
     hostile: Callable[[Reply], tuple[Hostile, str]], tmp_path: Path
 ) -> None:
     def reply(h: Handler, req: Request) -> None:
-        if req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/pub/":
+        if req.kind == "GET" and req.path.startswith(f"{PREFIX}/man/"):
+            h.answer(404, NO_SUCH_KEY)  # an entry made before manifests: a prune has nothing to check
+        elif req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/pub/":
             h.answer(200, listing([f"{PREFIX}/pub/{entry(1)}"]))
         elif req.kind == "LIST" and req.query["prefix"] == f"{PREFIX}/exec/" and req.query.get("delimiter"):
             h.answer(200, listing(prefixes=[f"{PREFIX}/exec/../", f"{PREFIX}/exec/./"]))

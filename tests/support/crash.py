@@ -120,9 +120,19 @@ def build(base: Path, name: str, folders: int = 12, files: int = 4, big: int = 1
 
     (root / "man").mkdir()
     for entry in made:
-        (root / "man" / entry.name).write_bytes(manifest.encode(entry.name, [("w", 1, None)]))
+        (root / "man" / entry.name).write_bytes(manifest.encode(entry.name, _rows(root / entry.path)))
         (root / "pub" / entry.name).touch()
     return root, outside
+
+
+def _rows(top: Path) -> list[tuple[str, int, str | None]]:
+    """A manifest's rows for the save ``top`` as it is now: each regular file below it, with its size."""
+    rows = []
+    for folder, _, files in os.walk(top):
+        for name in files:
+            path = Path(folder, name)
+            rows.append((path.relative_to(top).as_posix(), path.stat().st_size, None))
+    return sorted(rows)
 
 
 def tree(*dirs: Path) -> dict[str, Any]:

@@ -96,6 +96,37 @@ def test_prune_keep_2_when_the_two_newest_saves_are_gone(root: Path) -> None:
     assert resolved(root) == shown(f"{saves}/checkpoint-6") + "\n"
 
 
+def test_prune_keeps_the_save_resolve_verify_answers_when_a_newer_one_is_damaged(root: Path) -> None:
+    """-keep meets -verify: the newest save was damaged after its publication (a file truncated, as a
+    trainer rewriting its last save in place and killed leaves it), so ``resolve -verify`` passes it over
+    and answers the one before.  ``prune -keep 1`` (and ``run -keep 1``) must keep that one: the damaged
+    save counts for nothing and stays in place, said on stderr; ``status -keep 1`` shows the same.  (On the
+    code before, the damaged save counted: -keep 1 removed the only save -verify would answer, and the next
+    job's ``resolve -verify`` answered nothing.)"""
+    older = root / "exec/a/checkpoint-1"
+    newer = root / "exec/a/checkpoint-2"
+    publish(root, older, 1)
+    name = publish(root, newer, 2)
+    (newer / "model.safetensors").write_bytes(b"w")  # truncated: 1 byte where the manifest says 2
+    r = run_cli("resolve", "-checkpoint", str(root), "-verify")
+    assert (r.code, r.out) == (0, f"{older}\n"), r
+    plan = json.loads(run_cli("status", "-checkpoint", str(root), "-keep", "1", "-json").out)["prune"]
+    assert (plan["entries"], plan["lines"]) == ([], []), plan
+    assert any("counted for nothing" in note for note in plan["notes"]), plan
+    r = run_cli("prune", "-checkpoint", str(root), "-keep", "1")
+    assert (r.code, r.out) == (0, ""), r
+    assert f"{root}/pub/{name}: {newer}/model.safetensors: " in r.err, r.err
+    assert "counted for nothing (resolve -verify passes it over), left in place" in r.err, r.err
+    assert (older / "model.safetensors").is_file() and newer.is_dir()
+    r = run_cli("resolve", "-checkpoint", str(root), "-verify")
+    assert (r.code, r.out) == (0, f"{older}\n"), r
+    publish(root, root / "exec/a/checkpoint-3", 3)  # a whole newer save: now both older ones may go
+    r = run_cli("prune", "-checkpoint", str(root), "-keep", "1")
+    assert r.code == 0, r
+    assert not older.exists() and not newer.exists()
+    assert resolved(root) == f"{root}/exec/a/checkpoint-3\n"
+
+
 def test_keep_every_counts_only_saves_that_exist(root: Path) -> None:
     """``-keep 1 -keep-every 10``: the newest save (step 2) deleted by hand, step 1 is no milestone; it is
     the newest save that exists, and stays."""

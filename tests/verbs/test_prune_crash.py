@@ -379,7 +379,11 @@ def test_s3_prune_cut_at_every_request_is_finished_by_the_next(weed: Any, tmp_pa
         root.put_many(keys)
         made = [layout.Entry(0, k, f"exec/A/checkpoint-{k}") for k in range(5)]
         made += [layout.Entry(0, 0, "exec/B"), layout.Entry(0, 1, "exec/A/checkpoint-1/sub")]
-        root.put_many([f"man/{e.name}" for e in made])  # (an empty manifest: prune never reads one)
+        from publish.rules import manifest
+
+        for e in made:  # each save's manifest as publish writes it: a prune checks those it keeps, as -verify
+            rows = [(k[len(e.path) + 1 :], 0, None) for k in keys if k.startswith(e.path + "/")]
+            root.put(f"man/{e.name}", manifest.encode(e.name, sorted(rows)))
         root.put_many([f"pub/{e.name}" for e in made])
 
     try:
