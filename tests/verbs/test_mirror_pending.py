@@ -279,3 +279,32 @@ def test_a_run_asks_once_whether_a_mirrored_save_is_there_and_its_prune_asks_afr
     )
     assert t.on_mirror(lost) == t.files(lost)
     assert pair.protected(dl, entries) == set() and pair.pending(dl) == []
+
+
+def test_a_damaged_mirror_save_counts_for_nothing_in_what_is_pending(weed: Any, tmp_path: Path) -> None:
+    """-mirror-keep meets -verify: the mirror's newest save (another node's) lost bytes of a file after its
+    upload, so ``resolve -mirror -verify`` passes it over and the mirror's prune counts it for nothing; the
+    fast root's two older saves are then both among the two the mirror would keep, so both are pending and
+    ``prune -keep 1 -mirror-keep 2`` of the fast root keeps both.  (On the code before, the damaged save
+    counted: only the newer fast save was pending and -keep 1 removed the older, which the mirror would
+    have kept, from the only tier holding it.)"""
+    t = Tiers(weed, tmp_path)
+    other = tmp_path / "other-node"
+    hf_save(other / "exec" / LOST, 9)
+    r = run_cli(
+        "run", "-checkpoint", str(other), "-mirror", t.mirror.url, "-creds", t.mirror.creds,
+        "-framework", "hf", "-attempt", LOST, "-epoch", "2", "--", "true",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    damaged = next(k for k in t.mirror.keys(f"exec/{LOST}/checkpoint-9/") if k.endswith(".json"))
+    t.mirror.put(damaged, b"{}")  # shorter than its manifest says
+    for step in (1, 2):
+        r = run_cli("publish", "-checkpoint", str(t.fast), "-epoch", "1", str(t.save(step)), str(step))
+        assert r.code == 0, r.err
+    r = run_cli("resolve", *t.flags("-verify"))
+    assert r.code == 0, r.err
+    assert r.out.strip() == str(t.fast / "exec/a/checkpoint-2")
+    r = run_cli("prune", *t.flags("-keep", "1", "-mirror-keep", "2"))
+    assert r.code == 0, r.err
+    assert [layout.parse(e).path for e in t.fast_entries()] == ["exec/a/checkpoint-1", "exec/a/checkpoint-2"]
+    assert (t.fast / "exec/a/checkpoint-1/shard-0.bin").is_file()
