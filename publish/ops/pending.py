@@ -6,7 +6,7 @@ publish.ops.retention: retention needs only this, to keep what is pending (``pru
 With -mirror-keep M an entry is pending only when the mirror would keep it once uploaded, judged as the
 mirror's prune judges (publish.ops.retention.split): among the newest M publications whose saves exist, of
 the mirror's entries and the fast root's not yet mirrored.  A mirror entry whose save is gone there (a hand,
-a prefix lifecycle rule) counts for nothing, so the fast root keeps what the mirror would take; so does a
+a prefix lifecycle rule), or damaged (not as its manifest records: Saves.intact), counts for nothing, so the fast root keeps what the mirror would take; so does a
 fast-root entry whose save is gone (it cannot be uploaded).  Saves are asked about newest first, as the
 prune asks (publish.ops.retention.Saves), and only while an entry not yet mirrored lies below: on the mirror
 at most M questions (a LIST with max-keys=1 each) when its newest saves exist, one more for each gone save
