@@ -483,6 +483,9 @@ def test_a_full_disk_when_a_packed_member_is_first_needed_says_what_and_where(
             VERSION_LINE,
             "",
         )  # what every verb needs fits
+        # its unpack directory gone first (its cleaner runs just after it exits): else the room that removal
+        # frees while the next run unpacks (a busy machine) may let the S3 modules fit after all
+        assert wait_gone({str(p) for p in small.iterdir() if p.name != "filler"}) == set()
         r = subprocess.run(
             [str(binary), "resolve", "-checkpoint", "s3://bucket/run", "-creds", "secret:x"],
             capture_output=True,
